@@ -1,0 +1,3 @@
+from rag_pipeline.serve.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Readable per-stage artifact files under the data dir: <stage>/<shard>/<sha>.<suffix>, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+class ArtifactStore:
+    """One stage's files. A document is present when any file named <sha>.* exists in its shard folder."""
+
+    def __init__(self, root: Path, stage: str) -> None:
+        self.dir = root / stage
+
+    def path(self, shard: str, sha: str, suffix: str) -> Path:
+        return self.dir / shard / f"{sha}.{suffix}"
+
+    def shas(self, shard: str, suffix: str | None = None) -> set[str]:
+        """Documents with an artifact in the shard (only those with this suffix, when given)."""
+        folder = self.dir / shard
+        if not folder.is_dir():
+            return set()
+        pattern = f"*.{suffix}" if suffix else "*.*"
+        return {p.name.split(".", 1)[0] for p in folder.glob(pattern) if not p.name.startswith(".")}
+
+    def exists(self, shard: str, sha: str, suffix: str) -> bool:
+        return self.path(shard, sha, suffix).is_file()
+
+    def write_bytes(self, shard: str, sha: str, suffix: str, data: bytes) -> Path:
+        target = self.path(shard, sha, suffix)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def write_text(self, shard: str, sha: str, suffix: str, text: str) -> Path:
+        return self.write_bytes(shard, sha, suffix, text.encode("utf-8"))
+
+    def write_json(self, shard: str, sha: str, suffix: str, value: Any) -> Path:
+        return self.write_text(shard, sha, suffix, json.dumps(value, ensure_ascii=False, indent=1))
+
+    def read_text(self, shard: str, sha: str, suffix: str) -> str:
+        return self.path(shard, sha, suffix).read_text(encoding="utf-8")
+
+    def read_json(self, shard: str, sha: str, suffix: str) -> Any:
+        return json.loads(self.read_text(shard, sha, suffix))
+
+    def delete(self, shard: str, sha: str) -> None:
+        """Remove every artifact of the document in this stage."""
+        for path in (self.dir / shard).glob(f"{sha}.*"):
+            path.unlink(missing_ok=True)

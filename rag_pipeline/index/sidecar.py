@@ -1,0 +1,138 @@
+"""DuckDB metadata sidecar: exact per-document state (paths, status, errors, counts, timings).
+
+DuckDB allows one writer process at a time, so every operation opens its own short-lived connection and
+retries briefly when another process holds the file lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+DOCUMENT_COLUMNS: dict[str, str] = {
+    "sha": "VARCHAR PRIMARY KEY",
+    "shard": "VARCHAR NOT NULL",
+    "paths": "VARCHAR[] NOT NULL",
+    "doc_type": "VARCHAR",
+    "bytes": "BIGINT",
+    "status": "VARCHAR",  # pending | ok | failed
+    "stage": "VARCHAR",  # last stage that completed: raw | markdown | redacted | chunks
+    "error": "VARCHAR",
+    "converter": "VARCHAR",
+    "pages": "INTEGER",
+    "chars": "INTEGER",
+    "title": "VARCHAR",
+    "redactions": "INTEGER",
+    "chunks": "INTEGER",
+    "convert_ms": "DOUBLE",
+    "redact_ms": "DOUBLE",
+    "chunk_ms": "DOUBLE",
+    "first_seen_at": "TIMESTAMP",
+    "updated_at": "TIMESTAMP",
+}
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS documents ({", ".join(f"{name} {kind}" for name, kind in DOCUMENT_COLUMNS.items())});
+CREATE TABLE IF NOT EXISTS source_errors (path VARCHAR PRIMARY KEY, reason VARCHAR, seen_at TIMESTAMP);
+"""
+
+LOCK_RETRY_SECONDS = 10.0
+
+
+def records(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Rows of an executed query as dicts (NULL stays None)."""
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Sidecar:
+    """The DuckDB file at `path`; created with its schema on first use."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self.connect() as con:
+            con.execute(SCHEMA)
+
+    @contextmanager
+    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        deadline = time.monotonic() + LOCK_RETRY_SECONDS
+        while True:
+            try:
+                con = duckdb.connect(str(self.path))
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the metadata sidecar {self.path} is locked by another process: {exc}"
+                    ) from exc
+                time.sleep(0.2)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    def documents(self, shards: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """sha -> row, for the given shards (all when None)."""
+        query = "SELECT * FROM documents"
+        params: list[Any] = []
+        if shards is not None:
+            query += " WHERE list_contains(?, shard)"
+            params.append(list(shards))
+        with self.connect() as con:
+            return {row["sha"]: row for row in records(con.execute(query, params))}
+
+    def upsert(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Insert or update documents; fields missing from a row keep their stored value."""
+        rows = list(rows)
+        if not rows:
+            return
+        stored = self.documents_by_sha([row["sha"] for row in rows])
+        merged = []
+        stamp = now()
+        for row in rows:
+            record = {column: None for column in DOCUMENT_COLUMNS}
+            record.update(stored.get(row["sha"], {}))
+            record.update(row)
+            record["first_seen_at"] = record["first_seen_at"] or stamp
+            record["updated_at"] = stamp
+            merged.append(record)
+        frame = pd.DataFrame(merged, columns=list(DOCUMENT_COLUMNS), dtype=object)
+        with self.connect() as con:
+            con.register("incoming", frame)
+            con.execute(f"INSERT OR REPLACE INTO documents SELECT {', '.join(DOCUMENT_COLUMNS)} FROM incoming")
+
+    def documents_by_sha(self, shas: list[str]) -> dict[str, dict[str, Any]]:
+        with self.connect() as con:
+            cursor = con.execute("SELECT * FROM documents WHERE list_contains(?, sha)", [shas])
+            return {row["sha"]: row for row in records(cursor)}
+
+    def delete(self, shas: Iterable[str]) -> None:
+        shas = list(shas)
+        if shas:
+            with self.connect() as con:
+                con.execute("DELETE FROM documents WHERE list_contains(?, sha)", [shas])
+
+    def replace_source_errors(self, errors: Iterable[tuple[str, str]]) -> None:
+        """Discovery refusals of the latest full scan (path, reason)."""
+        frame = pd.DataFrame(list(errors), columns=["path", "reason"], dtype=object)
+        frame["seen_at"] = now()
+        with self.connect() as con:
+            con.execute("DELETE FROM source_errors")
+            con.register("incoming", frame)
+            con.execute("INSERT INTO source_errors SELECT path, reason, seen_at FROM incoming")
+
+    def source_errors(self) -> list[dict[str, Any]]:
+        with self.connect() as con:
+            return records(con.execute("SELECT path, reason FROM source_errors ORDER BY path"))

@@ -1,0 +1,216 @@
+"""Source discovery: walk roots, hash files, sniff their type and report unusable ones with a reason."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import zipfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Extension -> normalised document type.
+DOC_TYPES: dict[str, str] = {
+    "md": "md", "markdown": "md", "txt": "txt", "pdf": "pdf",
+    "docx": "docx", "html": "html", "htm": "html", "pptx": "pptx",
+}
+TEXT_TYPES = frozenset({"md", "txt", "html"})
+SNIFF_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A usable document: its path (absolute, as found under its root) and the SHA-256 of its bytes."""
+
+    path: str
+    root: str
+    sha256: str
+    size: int
+    doc_type: str
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """A file that cannot be ingested, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class Manifest:
+    """Everything discovered under the roots: usable files and refused ones."""
+
+    files: list[SourceFile] = field(default_factory=list)
+    errors: list[SourceError] = field(default_factory=list)
+
+    def documents(self) -> dict[str, list[SourceFile]]:
+        """SHA -> every file with those bytes (identical files under several paths are one document)."""
+        by_sha: dict[str, list[SourceFile]] = {}
+        for source in sorted(self.files, key=lambda f: f.path):
+            by_sha.setdefault(source.sha256, []).append(source)
+        return by_sha
+
+
+# Cache of (size, mtime_ns) -> sha per resolved path, so unchanged files are not re-hashed.
+HashCache = dict[str, tuple[int, int, str]]
+
+
+class RefusedFile(Exception):
+    """Raised while inspecting a file that must not be ingested."""
+
+
+def is_ignored(rel_path: str, patterns: Sequence[str]) -> bool:
+    """Glob match on the root-relative POSIX path; "dir/**" also matches dir itself and all below it."""
+    for pattern in patterns:
+        if fnmatch.fnmatchcase(rel_path, pattern):
+            return True
+        if pattern.endswith("/**"):
+            prefix = pattern[:-3]
+            if "*" not in prefix and "?" not in prefix and (rel_path == prefix or rel_path.startswith(prefix + "/")):
+                return True
+    return False
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sniff(path: Path, doc_type: str) -> None:
+    """Refuse a file whose bytes do not belong to its extension's family."""
+    with path.open("rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    if doc_type == "pdf":
+        if b"%PDF-" not in head[:1024]:
+            raise RefusedFile("not a PDF: no %PDF- header in the first 1024 bytes")
+    elif doc_type in ("docx", "pptx"):
+        if not head.startswith(b"PK\x03\x04"):
+            raise RefusedFile(f"not a {doc_type.upper()}: not a ZIP/Office Open XML container")
+        part = "word/" if doc_type == "docx" else "ppt/"
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except zipfile.BadZipFile as exc:
+            raise RefusedFile(f"not a {doc_type.upper()}: corrupt ZIP container ({exc})") from exc
+        if not any(name.startswith(part) for name in names):
+            raise RefusedFile(f"not a {doc_type.upper()}: the container has no {part} part")
+    elif doc_type in TEXT_TYPES:
+        check_text(head, complete=path.stat().st_size <= SNIFF_BYTES)
+
+
+def check_text(head: bytes, *, complete: bool) -> None:
+    """Text must be UTF-8 (optionally with BOM) or BOM-marked UTF-16, and contain no NUL bytes."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return
+    if b"\x00" in head:
+        raise RefusedFile("binary content (NUL bytes) in a text file")
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # A multi-byte character cut by the sniff window is fine; anything else is a bad encoding.
+        if complete or exc.start < len(head) - 4:
+            raise RefusedFile(
+                f"bad encoding: not valid UTF-8 (byte 0x{head[exc.start]:02x} at offset {exc.start})"
+            ) from exc
+
+
+def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | None = None) -> SourceFile:
+    """Validate one candidate file and hash it; raise RefusedFile with a human reason."""
+    doc_type = DOC_TYPES[path.suffix.lower().lstrip(".")]
+    try:
+        resolved = path.resolve(strict=True)
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise RefusedFile(f"cannot read: broken or looping symlink ({exc.__class__.__name__})") from exc
+    if not resolved.is_relative_to(root.resolve()):
+        raise RefusedFile(f"symlink points outside the root {root} (to {resolved})")
+    try:
+        stat = resolved.stat()
+        if not resolved.is_file():
+            raise RefusedFile("not a regular file")
+        if stat.st_size == 0:
+            raise RefusedFile("empty file")
+        if stat.st_size > max_file_bytes:
+            raise RefusedFile(
+                f"too large: {stat.st_size:,} bytes exceeds the limit of {max_file_bytes:,} bytes (RAG_MAX_FILE_BYTES)"
+            )
+        key = str(resolved)
+        cached = cache.get(key) if cache is not None else None
+        if cached and cached[0] == stat.st_size and cached[1] == stat.st_mtime_ns:
+            sha = cached[2]
+        else:
+            sniff(resolved, doc_type)
+            sha = sha256_file(resolved)
+            if cache is not None:
+                cache[key] = (stat.st_size, stat.st_mtime_ns, sha)
+    except OSError as exc:
+        raise RefusedFile(f"cannot read: {exc.strerror or exc}") from exc
+    return SourceFile(path=str(path), root=str(root), sha256=sha, size=stat.st_size, doc_type=doc_type)
+
+
+def dedupe_roots(roots: Iterable[Path | str]) -> list[Path]:
+    """Absolute roots with duplicates and roots nested inside another root removed."""
+    unique = sorted({Path(root).expanduser().resolve() for root in roots})
+    kept: list[Path] = []
+    for root in unique:
+        if not any(root.is_relative_to(parent) for parent in kept):
+            kept.append(root)
+    return kept
+
+
+def walk(root: Path, ignore: Sequence[str], extensions: Sequence[str]) -> Iterator[tuple[Path, str | None]]:
+    """Candidate files under root as (path, refusal reason or None); directory symlinks are not followed."""
+    wanted = {ext.lower().lstrip(".") for ext in extensions}
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        rel_dir = here.relative_to(root).as_posix()
+        kept_dirs = []
+        for name in sorted(dirnames):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            if is_ignored(rel, ignore) or is_ignored(rel + "/", ignore):
+                continue
+            if (here / name).is_symlink():
+                target = (here / name).resolve()
+                if not target.is_relative_to(root):
+                    yield here / name, f"symlink points outside the root {root} (to {target})"
+                continue
+            kept_dirs.append(name)
+        dirnames[:] = kept_dirs
+        for name in sorted(filenames):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+            suffix = Path(name).suffix.lower().lstrip(".")
+            if suffix in wanted and suffix in DOC_TYPES and not is_ignored(rel, ignore):
+                yield here / name, None
+
+
+def discover(
+    roots: Iterable[Path | str],
+    *,
+    ignore: Sequence[str] = (),
+    extensions: Sequence[str] = tuple(DOC_TYPES),
+    max_file_bytes: int = 50 * 1024 * 1024,
+    cache: HashCache | None = None,
+) -> Manifest:
+    """Walk every root once and return the manifest of usable files and refused ones."""
+    manifest = Manifest()
+    seen: set[Path] = set()
+    for root in dedupe_roots(roots):
+        if not root.is_dir():
+            manifest.errors.append(SourceError(str(root), "root is not a directory"))
+            continue
+        for path, refusal in walk(root, ignore, extensions):
+            if path in seen:
+                continue
+            seen.add(path)
+            if refusal:
+                manifest.errors.append(SourceError(str(path), refusal))
+                continue
+            try:
+                manifest.files.append(inspect(path, root, max_file_bytes=max_file_bytes, cache=cache))
+            except RefusedFile as exc:
+                manifest.errors.append(SourceError(str(path), str(exc)))
+    return manifest

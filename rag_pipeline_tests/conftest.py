@@ -1,0 +1,30 @@
+"""Shared fixtures. Tests run offline: a model download from a hub must fail fast, not hang."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_CORPUS = REPO / "golden" / "corpus"
+DATASETS = REPO.parent / "shared" / "datasets"
+DOCUMENTS = DATASETS / "documents"
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A writable copy of the bundled sample corpus."""
+    target = tmp_path / "corpus"
+    shutil.copytree(SAMPLE_CORPUS, target)
+    return target
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
