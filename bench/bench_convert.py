@@ -1,0 +1,52 @@
+"""Benchmark rag_pipeline.convert over the dataset documents with one DocumentConverter.
+
+Usage: HF_HUB_OFFLINE=1 python bench/bench_convert.py [--repeat N] [--documents DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from rag_pipeline.convert import DocumentConverter
+
+DOCUMENTS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "documents"
+DOC_TYPES = {".md": "md", ".txt": "txt", ".pdf": "pdf", ".docx": "docx", ".html": "html", ".pptx": "pptx"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1, help="convert every document N times")
+    parser.add_argument("--documents", type=Path, default=DOCUMENTS)
+    args = parser.parse_args()
+
+    paths = sorted(path for path in args.documents.iterdir() if path.suffix in DOC_TYPES)
+    converter = DocumentConverter()
+    started = time.perf_counter()
+    converter.docling  # noqa: B018 - build the docling converter outside the timings
+    print(f"docling converter built in {time.perf_counter() - started:.2f}s")
+
+    files: dict[str, int] = defaultdict(int)
+    seconds: dict[str, float] = defaultdict(float)
+    pages: dict[str, int] = defaultdict(int)
+    for _ in range(args.repeat):
+        for path in paths:
+            doc_type = DOC_TYPES[path.suffix]
+            started = time.perf_counter()
+            doc = converter.convert(path, doc_type)
+            seconds[doc_type] += time.perf_counter() - started
+            files[doc_type] += 1
+            pages[doc_type] += doc.page_count or 0
+
+    print(f"{'type':<6} {'files':>6} {'seconds':>9} {'docs/s':>8} {'pages/s':>8}")
+    for doc_type in sorted(files) + ["all"]:
+        n = sum(files.values()) if doc_type == "all" else files[doc_type]
+        s = sum(seconds.values()) if doc_type == "all" else seconds[doc_type]
+        pages_per_second = f"{pages[doc_type] / s:8.1f}" if doc_type == "pdf" else f"{'':>8}"
+        print(f"{doc_type:<6} {n:>6} {s:>9.2f} {n / s:>8.1f} {pages_per_second}")
+
+
+if __name__ == "__main__":
+    main()
