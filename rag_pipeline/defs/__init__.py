@@ -1,0 +1,1 @@
+"""The Dagster layer: thin glue that turns library calls into assets, checks, sensors and jobs."""

@@ -1,0 +1,7 @@
+"""Resources of the code location (assets, checks, jobs and sensors are picked up from their modules)."""
+
+import dagster as dg
+
+from rag_pipeline.defs.resources import RagResource
+
+defs = dg.Definitions(resources={"rag": RagResource()})

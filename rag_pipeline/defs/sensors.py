@@ -1,0 +1,43 @@
+"""File sensor: re-ingests the shards whose documents changed under the roots."""
+
+import hashlib
+import json
+
+import dagster as dg
+
+from rag_pipeline.defs.jobs import ingest_job
+from rag_pipeline.defs.partitions import shard_run_tags
+from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.settings import Settings
+from rag_pipeline.sources import Manifest
+from rag_pipeline.sync import pending_shards
+
+def shard_digests(settings: Settings, manifest: Manifest) -> dict[str, str]:
+    """shard -> digest of its (sha, path) pairs: any add, edit, move, copy or delete changes it."""
+    lines: dict[str, list[str]] = {}
+    for source in manifest.files:
+        lines.setdefault(settings.shard_of(source.sha256), []).append(f"{source.sha256}\t{source.path}")
+    return {shard: hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
+            for shard, entries in sorted(lines.items())}
+
+@dg.sensor(job=ingest_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -> dg.SensorResult | dg.SkipReason:
+    """One run for all affected shards; the cursor holds per-shard digests so an unchanged tree requests nothing.
+
+    With no cursor yet (first tick), the shards whose stored state differs from the tree are requested.
+    """
+    settings = rag.settings
+    if not settings.roots:
+        return dg.SkipReason("no source roots configured (set RAG_ROOTS)")
+    manifest = rag.manifest()
+    digests = shard_digests(settings, manifest)
+    if context.cursor is None:
+        affected = pending_shards(settings, manifest, rag.sidecar())
+    else:
+        previous = json.loads(context.cursor)
+        affected = [shard for shard in settings.shard_keys if digests.get(shard) != previous.get(shard)]
+    cursor = json.dumps(digests, sort_keys=True)
+    if not affected:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no change under the roots"), cursor=cursor)
+    run_key = hashlib.sha256(cursor.encode()).hexdigest()[:16]
+    return dg.SensorResult(run_requests=[dg.RunRequest(run_key=run_key, tags=shard_run_tags(affected))], cursor=cursor)

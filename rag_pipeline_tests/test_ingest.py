@@ -1,0 +1,245 @@
+"""Incremental sync end to end: real Dagster materialisations over real files, docling, DuckDB."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from rag_pipeline.defs.assets import INGEST_ASSETS
+from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.defs.sensors import source_files_sensor
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.serve.ingest import IngestFailed, ingest
+from rag_pipeline.settings import Settings
+from rag_pipeline.sync import read_chunks, stores
+
+from .conftest import SAMPLE_CORPUS
+
+
+def sha_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def artifacts_of(settings: Settings, sha: str) -> list[Path]:
+    shard = settings.shard_of(sha)
+    return [path for store in stores(settings).values() for path in (store.dir / shard).glob(f"{sha}.*")]
+
+
+def all_chunk_texts(settings: Settings) -> str:
+    chunk_dir = stores(settings)["chunks"].dir
+    return "\n".join(path.read_text() for path in chunk_dir.rglob("*.jsonl"))
+
+
+def small_corpus(root: Path) -> Path:
+    """Markdown and text documents only: fast to convert, enough to exercise every sync case."""
+    for name in ["guides/installation.md", "guides/configuration.md", "ops/incident-runbook.md",
+                 "reference/glossary.md", "notes/faq.txt", "notes/meeting-2026-03-12.txt"]:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE_CORPUS / name, target)
+    return root
+
+
+def edit_into_other_shard(path: Path, settings: Settings) -> None:
+    """Append a line so the new content lands in a different shard from the old one."""
+    old_shard = settings.shard_of(sha_of(path))
+    original = path.read_text()
+    for attempt in range(100):
+        path.write_text(original + f"\nAddendum {attempt}: the retention default changed to 45 days.\n")
+        if settings.shard_of(sha_of(path)) != old_shard:
+            return
+    raise AssertionError("could not move the document to another shard")
+
+
+@pytest.mark.slow
+def test_sample_corpus_ingests_every_type_and_reingest_does_nothing(corpus: Path, data_dir: Path) -> None:
+    summary = ingest([corpus], data_dir)
+    assert summary["failed"] == []
+    assert summary["added"] == 14 and summary["chunks"] > 50
+    settings = Settings(data_dir=data_dir)
+    rows = Sidecar(settings.sidecar_path).documents()
+    assert len(rows) == 14
+    assert {row["doc_type"] for row in rows.values()} == {"md", "txt", "pdf", "docx", "html", "pptx"}
+    assert all(row["status"] == "ok" and row["chunks"] > 0 for row in rows.values())
+    assert sum(row["chunks"] for row in rows.values()) == summary["chunks"]
+    pdf = next(row for row in rows.values() if row["paths"][0].endswith("word-processor-history.pdf"))
+    assert pdf["pages"] == 5
+    pdf_chunks = read_chunks(settings, pdf["shard"], pdf["sha"])
+    assert {chunk.page for chunk in pdf_chunks} == {1, 2, 3, 4, 5}
+    assert any("Rise of Personal Computers" in chunk.heading_path for chunk in pdf_chunks)
+
+    config = next(row for row in rows.values() if row["paths"][0].endswith("configuration.md"))
+    assert config["redactions"] >= 5
+    texts = all_chunk_texts(settings)
+    for secret in ["AKIAIOSFODNN7EXAMPLE", "Tr0ub4dor&3-staging", "xoxb-2048", "maria.keller@", "eyJhbGciOi"]:
+        assert secret not in texts
+    assert "support@nimbus-search.example" in texts
+
+    mtimes = {path: path.stat().st_mtime_ns for path in settings.artifacts_dir.rglob("*")}
+    again = ingest([corpus], data_dir)
+    assert again["added"] == 0 and again["chunks"] == 0 and again["shards"] == []
+    assert again["unchanged"] == 14 and again["run_id"] is None
+    assert mtimes == {path: path.stat().st_mtime_ns for path in settings.artifacts_dir.rglob("*")}
+
+
+def test_edit_rename_duplicate_delete(tmp_path: Path, data_dir: Path) -> None:
+    root = small_corpus(tmp_path / "docs")
+    settings = Settings(data_dir=data_dir)
+    first = ingest([root], data_dir)
+    assert first["added"] == 6 and first["failed"] == []
+    sidecar = Sidecar(settings.sidecar_path)
+
+    # Edit: the old SHA is purged from its shard, the new SHA added in another; nothing else is touched.
+    edited = root / "guides" / "configuration.md"
+    old_sha = sha_of(edited)
+    edit_into_other_shard(edited, settings)
+    new_sha = sha_of(edited)
+    summary = ingest([root], data_dir)
+    assert sorted(summary["shards"]) == sorted({settings.shard_of(old_sha), settings.shard_of(new_sha)})
+    assert (summary["added"], summary["purged"], summary["moved"]) == (1, 1, 0)
+    assert artifacts_of(settings, old_sha) == [] and old_sha not in sidecar.documents()
+    assert len(artifacts_of(settings, new_sha)) == 6  # raw, md + json, redacted md + json, chunks
+    assert "retention default changed to 45 days" in all_chunk_texts(settings)
+
+    # Rename: same bytes, new path: recorded, not re-converted or re-chunked.
+    chunk_file = stores(settings)["chunks"].path(settings.shard_of(new_sha), new_sha, "jsonl")
+    before = chunk_file.stat().st_mtime_ns
+    renamed = root / "guides" / "settings-reference.md"
+    edited.rename(renamed)
+    summary = ingest([root], data_dir)
+    assert (summary["added"], summary["purged"], summary["moved"], summary["chunks"]) == (0, 0, 1, 0)
+    assert sidecar.documents()[new_sha]["paths"] == [str(renamed)]
+    assert chunk_file.stat().st_mtime_ns == before
+
+    # Duplicate: stored once, both paths recorded.
+    copy = root / "archive" / "settings-copy.md"
+    copy.parent.mkdir()
+    shutil.copy(renamed, copy)
+    summary = ingest([root], data_dir)
+    assert (summary["added"], summary["moved"]) == (0, 1)
+    assert sorted(sidecar.documents()[new_sha]["paths"]) == sorted([str(copy), str(renamed)])
+    assert len(sidecar.documents()) == 6
+
+    # Delete one copy: still stored under the other path; delete both: purged everywhere.
+    copy.unlink()
+    assert ingest([root], data_dir)["moved"] == 1
+    renamed.unlink()
+    summary = ingest([root], data_dir)
+    assert summary["purged"] == 1
+    assert artifacts_of(settings, new_sha) == [] and new_sha not in sidecar.documents()
+    assert "retention default changed to 45 days" not in all_chunk_texts(settings)
+    assert len(sidecar.documents()) == 5
+
+
+def test_bad_inputs_are_recorded_and_the_rest_is_ingested(tmp_path: Path, data_dir: Path) -> None:
+    root = small_corpus(tmp_path / "docs")
+    (root / "corrupt.pdf").write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 40)
+    (root / "binary.md").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    (root / "empty.txt").write_bytes(b"")
+    outside = tmp_path / "elsewhere" / "private.md"
+    outside.parent.mkdir()
+    outside.write_text("# Private\n\nnot under the root")
+    (root / "escape.md").symlink_to(outside)
+    summary = ingest([root], data_dir)
+    failed = {Path(item["path"]).name: item["error"] for item in summary["failed"]}
+    assert set(failed) == {"corrupt.pdf", "binary.md", "empty.txt", "escape.md"}
+    assert "binary content" in failed["binary.md"]
+    assert failed["empty.txt"] == "empty file"
+    assert "outside the root" in failed["escape.md"]
+    assert failed["corrupt.pdf"]
+    assert summary["added"] == 7  # six good documents and the corrupt PDF, whose conversion failed
+    rows = Sidecar(Settings(data_dir=data_dir).sidecar_path).documents()
+    corrupt = next(row for row in rows.values() if row["paths"][0].endswith("corrupt.pdf"))
+    assert corrupt["status"] == "failed" and corrupt["error"] == failed["corrupt.pdf"]
+    assert sum(row["status"] == "ok" for row in rows.values()) == 6
+    # A failed document is not retried while its bytes are unchanged, and is still reported.
+    again = ingest([root], data_dir)
+    assert again["shards"] == [] and len(again["failed"]) == 4
+
+
+def test_blocking_check_stops_downstream_assets(tmp_path: Path, data_dir: Path) -> None:
+    root = small_corpus(tmp_path / "docs")
+    ingest([root], data_dir)
+    settings = Settings(data_dir=data_dir)
+    victim = root / "notes" / "faq.txt"
+    sha = sha_of(victim)
+    shard = settings.shard_of(sha)
+    stores(settings)["markdown"].path(shard, sha, "md").write_text("")  # a corrupted artifact
+    newcomer = root / "notes" / "new.md"
+    for attempt in range(200):  # a new document in the same shard triggers that shard's run
+        newcomer.write_text(f"# New note {attempt}\n\nA note that lands in the victim's shard.\n")
+        if settings.shard_of(sha_of(newcomer)) == shard:
+            break
+    with pytest.raises(IngestFailed, match="converted_documents_non_empty"):
+        ingest([root], data_dir)
+    assert not stores(settings)["redacted"].exists(shard, sha_of(newcomer), "md")
+
+
+def test_sensor_requests_one_run_for_affected_shards(tmp_path: Path, data_dir: Path) -> None:
+    root = small_corpus(tmp_path / "docs")
+    rag = RagResource(roots=[str(root)], data_dir=str(data_dir))
+    settings = rag.settings
+    with dg.instance_for_test() as instance:
+        first = source_files_sensor(dg.build_sensor_context(instance=instance, resources={"rag": rag}))
+        assert len(first.run_requests) == 1
+        request = first.run_requests[0]
+        changed = request.tags["rag/changed_shards"].split(",")
+        assert sorted(changed) == sorted({settings.shard_of(sha_of(p)) for p in root.rglob("*.*")})
+        result = dg.materialize(INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=request.tags)
+        assert result.success
+        assert len(Sidecar(settings.sidecar_path).documents()) == 6
+
+        # Unchanged tree: the cursor makes the tick request nothing.
+        quiet = source_files_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor,
+                                                            resources={"rag": rag}))
+        assert not quiet.run_requests and quiet.skip_reason
+
+        # An edit requests exactly the old and the new shard, in one run.
+        edited = root / "reference" / "glossary.md"
+        old_shard = settings.shard_of(sha_of(edited))
+        edit_into_other_shard(edited, settings)
+        tick = source_files_sensor(dg.build_sensor_context(instance=instance, cursor=quiet.cursor,
+                                                           resources={"rag": rag}))
+        assert len(tick.run_requests) == 1
+        tags = tick.run_requests[0].tags
+        assert tags["rag/changed_shards"].split(",") == sorted({old_shard, settings.shard_of(sha_of(edited))})
+        result = dg.materialize(INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=tags)
+        assert result.success
+        materialized = {event.partition for event in result.asset_materializations_for_node("chunks")}
+        assert {old_shard, settings.shard_of(sha_of(edited))} <= materialized
+        chunk_meta = result.asset_materializations_for_node("chunks")[0].metadata
+        assert chunk_meta["added"].value == 1 and chunk_meta["purged"].value == 1
+        table = chunk_meta["documents"].value
+        assert {record.data["status"] for record in table.records} == {"ok", "purged"}
+
+
+def test_cli_ingest_json(tmp_path: Path, data_dir: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "a.md").write_text("# Alpha\n\nThe first document.\n")
+    (root / "b.txt").write_text("The second document, plain text.\n")
+    process = subprocess.run(
+        [sys.executable, "-m", "rag_pipeline", "ingest", str(root), "--data-dir", str(data_dir), "--json"],
+        capture_output=True, text=True, check=True,
+    )
+    summary = json.loads(process.stdout)
+    assert {key: summary[key] for key in ["added", "unchanged", "moved", "purged", "failed", "chunks"]} == {
+        "added": 2, "unchanged": 0, "moved": 0, "purged": 0, "failed": [], "chunks": 2,
+    }
+    assert summary["seconds"] > 0
+    assert "convert" in process.stderr  # the progress bar goes to stderr
+
+
+def test_dagster_definitions_validate() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    dagster = Path(sys.executable).parent / "dagster"
+    process = subprocess.run([str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
+                             cwd=repo, capture_output=True, text=True)
+    assert process.returncode == 0, process.stderr[-3000:]
