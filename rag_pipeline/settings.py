@@ -9,6 +9,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
+from rag_pipeline.redact import DEFAULT_ROLE_EMAIL_PREFIXES
+
 ACCEPTED_EXTENSIONS: tuple[str, ...] = ("md", "markdown", "txt", "pdf", "docx", "html", "htm", "pptx")
 
 
@@ -39,10 +41,7 @@ class Settings(BaseSettings):
     pii_policy: Literal["redact", "keep"] = "redact"
     # Local parts of e-mail addresses that belong to a role, not a person: kept under the "redact" policy.
     role_email_prefixes: Annotated[list[str], NoDecode] = Field(
-        default_factory=lambda: [
-            "support", "info", "help", "contact", "sales", "admin", "noreply", "no-reply",
-            "hello", "office", "team", "press", "security", "webmaster", "privacy", "billing",
-        ]
+        default_factory=lambda: list(DEFAULT_ROLE_EMAIL_PREFIXES)
     )
 
     # Chunking.

@@ -113,6 +113,15 @@ class Sidecar:
             con.register("incoming", frame)
             con.execute(f"INSERT OR REPLACE INTO documents SELECT {', '.join(DOCUMENT_COLUMNS)} FROM incoming")
 
+    def totals_by_type(self) -> list[dict[str, Any]]:
+        """Documents, failures and chunks per document type."""
+        with self.connect() as con:
+            return records(con.execute(
+                "SELECT doc_type, count(*) AS documents, count(*) FILTER (status = 'failed') AS failed, "
+                "coalesce(sum(chunks), 0) AS chunks, coalesce(sum(redactions), 0) AS redactions "
+                "FROM documents GROUP BY doc_type ORDER BY doc_type"
+            ))
+
     def documents_by_sha(self, shas: list[str]) -> dict[str, dict[str, Any]]:
         with self.connect() as con:
             cursor = con.execute("SELECT * FROM documents WHERE list_contains(?, sha)", [shas])

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_ingest_summary(summary: dict[str, Any]) -> None:
+def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
+    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.settings import Settings
+
+    print(f"{'type':6} {'documents':>9} {'failed':>6} {'chunks':>7} {'redactions':>10}")
+    for row in Sidecar(Settings(data_dir=data_dir).sidecar_path).totals_by_type():
+        print(f"{row['doc_type']:6} {row['documents']:>9} {row['failed']:>6} {row['chunks']:>7} {row['redactions']:>10}")
     print(f"added {summary['added']}, unchanged {summary['unchanged']}, moved {summary['moved']}, "
           f"purged {summary['purged']}, chunks written {summary['chunks']}, failed {len(summary['failed'])} "
           f"in {summary['seconds']:.1f} s")
@@ -35,6 +42,7 @@ def print_ingest_summary(summary: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    warnings.filterwarnings("ignore", message=".*is currently in beta")
     if args.command == "ingest":
         from rag_pipeline.serve.ingest import IngestFailed, ingest
 
@@ -50,5 +58,5 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(summary))
         else:
-            print_ingest_summary(summary)
+            print_ingest_summary(summary, args.data_dir)
     return 0
