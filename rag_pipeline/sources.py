@@ -100,15 +100,18 @@ def sniff(path: Path, doc_type: str) -> None:
         if not any(name.startswith(part) for name in names):
             raise RefusedFile(f"not a {doc_type.upper()}: the container has no {part} part")
     elif doc_type in TEXT_TYPES:
-        check_text(head, complete=path.stat().st_size <= SNIFF_BYTES)
+        # HTML may declare its own charset; Markdown and text have no such declaration and must be UTF-8.
+        check_text(head, complete=path.stat().st_size <= SNIFF_BYTES, require_utf8=doc_type != "html")
 
 
-def check_text(head: bytes, *, complete: bool) -> None:
+def check_text(head: bytes, *, complete: bool, require_utf8: bool) -> None:
     """Text must be UTF-8 (optionally with BOM) or BOM-marked UTF-16, and contain no NUL bytes."""
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         return
     if b"\x00" in head:
         raise RefusedFile("binary content (NUL bytes) in a text file")
+    if not require_utf8:
+        return
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -13,7 +13,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "golden" / "corpus"
-DATASETS = REPO.parent / "shared" / "datasets"
+# The shared datasets sit beside the checkout (CI clones main with shared/ next to it).
+DATASETS = Path(os.environ.get("RAG_DATASETS_DIR", REPO.parent / "shared" / "datasets"))
 DOCUMENTS = DATASETS / "documents"
 
 

@@ -10,12 +10,14 @@ import pytest
 
 from rag_pipeline.convert import ConversionError, ConvertedDocument, DocumentConverter
 
+from .conftest import DOCUMENTS
+
 DOC_TYPES = {".md": "md", ".txt": "txt", ".pdf": "pdf", ".docx": "docx", ".html": "html", ".pptx": "pptx"}
 
 
 @pytest.fixture(scope="module")
 def documents_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "shared" / "datasets" / "documents"
+    return DOCUMENTS
 
 
 @pytest.fixture(scope="module")

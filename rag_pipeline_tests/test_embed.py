@@ -1,0 +1,271 @@
+"""Tests of rag_pipeline.embed: the packaged model, the embedding cache and the Ollama client against a fake server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+
+from rag_pipeline.embed import (
+    DEFAULT_MODEL_ID,
+    Embedder,
+    EmbedderUnavailable,
+    OllamaEmbedder,
+    SentenceTransformerEmbedder,
+    build_embedder,
+    embed_texts,
+)
+from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
+
+FAKE_DIMENSION = 12
+FAKE_MODELS = ("fake-embed", "nomic-embed-text")
+
+
+@pytest.fixture(scope="module")
+def embedder() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder()
+
+
+def assert_normalised(vectors: np.ndarray) -> None:
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=-1), 1.0, atol=1e-5)
+
+
+# --- the packaged sentence-transformers model -------------------------------------------------------------------
+
+
+def test_packaged_model(embedder: SentenceTransformerEmbedder) -> None:
+    assert embedder.dimension == 384
+    assert embedder.model_id == DEFAULT_MODEL_ID == "sentence-transformers/all-MiniLM-L6-v2"
+    texts = ["Retrieval-augmented generation grounds answers in documents.", "Short.", "Ducks swim."]
+    vectors = embedder.embed_documents(texts)
+    assert vectors.shape == (3, 384)
+    assert_normalised(vectors)
+    query = embedder.embed_query(texts[0])
+    assert query.shape == (384,)
+    assert_normalised(query)
+    np.testing.assert_allclose(query, vectors[0], atol=1e-5)
+    assert embedder.embed_documents([]).shape == (0, 384)
+
+
+def test_paraphrase_is_closer_than_unrelated(embedder: SentenceTransformerEmbedder) -> None:
+    query = embedder.embed_query("How do I reset my password?")
+    paraphrase, unrelated = embedder.embed_documents(
+        ["Steps to recover account login credentials", "The duck is a waterbird"]
+    )
+    assert query @ paraphrase > query @ unrelated + 0.2
+
+
+def test_order_preserved_with_mixed_lengths(embedder: SentenceTransformerEmbedder) -> None:
+    texts = [f"sentence number {i} " + "with more words " * (i * 7 % 23) for i in range(40)]
+    batched = SentenceTransformerEmbedder(batch_size=4)
+    vectors = batched.embed_documents(texts)
+    one_by_one = np.stack([embedder.embed_query(text) for text in texts])
+    np.testing.assert_allclose(vectors, one_by_one, atol=1e-4)
+
+
+def test_missing_model_directory(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderUnavailable, match="no sentence-transformers model"):
+        SentenceTransformerEmbedder(str(tmp_path / "absent"))
+
+
+# --- embed_texts and the cache ----------------------------------------------------------------------------------
+
+
+class CountingEmbedder(Embedder):
+    """Wraps an embedder and records every text it is asked to embed."""
+
+    def __init__(self, inner: Embedder, model_id: str | None = None) -> None:
+        self.inner = inner
+        self.model_id = model_id or inner.model_id
+        self.dimension = inner.dimension
+        self.seen: list[str] = []
+
+    def embed_documents(self, texts):
+        self.seen.extend(texts)
+        return self.inner.embed_documents(texts)
+
+
+def test_embed_texts_with_cache(embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+    path = tmp_path / "cache" / "embeddings.sqlite"
+    cache = EmbeddingCache(path)
+    assert len(cache) == 0
+    counting = CountingEmbedder(embedder)
+    texts = ["alpha beta", "gamma delta epsilon", "zeta"]
+
+    first, stats = embed_texts(counting, texts, cache)
+    assert (stats.computed, stats.cached) == (3, 0) and stats.seconds > 0
+    assert first.shape == (3, 384) and first.dtype == np.float32
+    np.testing.assert_allclose(first, embedder.embed_documents(texts), atol=1e-5)
+    assert len(cache) == 3
+
+    second, stats = embed_texts(counting, texts, cache)
+    assert (stats.computed, stats.cached, stats.seconds) == (0, 3, 0.0)
+    np.testing.assert_array_equal(second, first)
+
+    counting.seen.clear()
+    third, stats = embed_texts(counting, ["zeta", "a new text", "alpha beta"], cache)
+    assert (stats.computed, stats.cached) == (1, 2) and counting.seen == ["a new text"]
+    np.testing.assert_array_equal(third[[0, 2]], first[[2, 0]])
+
+    # The cache persists in the file and is keyed by model id.
+    reopened = EmbeddingCache(path)
+    assert len(reopened) == 4
+    _, stats = embed_texts(CountingEmbedder(embedder), texts, reopened)
+    assert (stats.computed, stats.cached) == (0, 3)
+    other_model = CountingEmbedder(embedder, model_id="another/model")
+    _, stats = embed_texts(other_model, texts, reopened)
+    assert (stats.computed, stats.cached) == (3, 0)
+    assert len(reopened) == 7
+
+
+def test_embed_texts_deduplicates(embedder: SentenceTransformerEmbedder, tmp_path: Path) -> None:
+    for cache in (None, EmbeddingCache(tmp_path / "c.sqlite")):
+        counting = CountingEmbedder(embedder)
+        vectors, stats = embed_texts(counting, ["same", "other", "same", "same"], cache)
+        assert counting.seen == ["same", "other"] and stats.computed == 2
+        np.testing.assert_array_equal(vectors[0], vectors[2])
+        np.testing.assert_array_equal(vectors[0], vectors[3])
+    empty, stats = embed_texts(embedder, [], None)
+    assert empty.shape == (0, 384) and stats.computed == 0
+
+
+def test_cache_round_trip_and_large_lookup(tmp_path: Path) -> None:
+    cache = EmbeddingCache(tmp_path / "c.sqlite")
+    rng = np.random.default_rng(0)
+    items = {text_sha256(str(i)): rng.standard_normal(8).astype(np.float32) for i in range(2500)}
+    cache.put_many("m", items)
+    cache.put_many("m", items)  # idempotent
+    found = cache.get_many("m", [*items, "0" * 64])
+    assert found.keys() == items.keys()
+    for sha, vector in items.items():
+        np.testing.assert_array_equal(found[sha], vector)
+    assert cache.get_many("other", list(items)) == {}
+    assert text_sha256("é") == hashlib.sha256("é".encode()).hexdigest()
+
+
+# --- Ollama, against a fake server speaking its HTTP API --------------------------------------------------------
+
+
+def fake_vector(text: str) -> list[float]:
+    """A deterministic, deliberately unnormalised vector for text."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return [float(byte) - 100.0 for byte in digest[:FAKE_DIMENSION]]
+
+
+class FakeOllama(ThreadingHTTPServer):
+    """POST /api/embed like Ollama: known models answer with embeddings, unknown ones with 404."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), FakeOllamaHandler)
+        self.requests: list[dict] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class FakeOllamaHandler(BaseHTTPRequestHandler):
+    server: FakeOllama
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path != "/api/embed":
+            self.reply(404, {"error": "not found"})
+        elif body["model"] not in FAKE_MODELS:
+            self.reply(404, {"error": f'model "{body["model"]}" not found, try pulling it first'})
+        else:
+            self.server.requests.append(body)
+            inputs = [body["input"]] if isinstance(body["input"], str) else body["input"]
+            self.reply(200, {"model": body["model"], "embeddings": [fake_vector(text) for text in inputs]})
+
+    def reply(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_ollama() -> Iterator[FakeOllama]:
+    server = FakeOllama()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def test_ollama_batches_and_normalises(fake_ollama: FakeOllama) -> None:
+    embedder = OllamaEmbedder(fake_ollama.url, model="fake-embed", batch_size=4)
+    assert embedder.dimension == FAKE_DIMENSION and embedder.model_id == "ollama/fake-embed"
+    assert fake_ollama.requests == [{"model": "fake-embed", "input": ["dimension"]}]
+    fake_ollama.requests.clear()
+
+    texts = [f"text {i}" for i in range(10)]
+    vectors = embedder.embed_documents(texts)
+    assert [len(request["input"]) for request in fake_ollama.requests] == [4, 4, 2]
+    assert len(fake_ollama.requests) == math.ceil(len(texts) / 4)
+    assert vectors.shape == (10, FAKE_DIMENSION)
+    assert_normalised(vectors)
+    expected = np.array([fake_vector(text) for text in texts])
+    np.testing.assert_allclose(vectors, expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-6)
+    assert_normalised(embedder.embed_query("a question"))
+
+
+def test_ollama_nomic_task_prefixes(fake_ollama: FakeOllama) -> None:
+    embedder = build_embedder(backend="ollama", ollama_url=fake_ollama.url, batch_size=8)
+    assert embedder.model_id == "ollama/nomic-embed-text"
+    fake_ollama.requests.clear()
+    embedder.embed_documents(["a passage"])
+    embedder.embed_query("a question")
+    assert [r["input"] for r in fake_ollama.requests] == [["search_document: a passage"], ["search_query: a question"]]
+
+
+def test_ollama_embed_texts_uses_cache(fake_ollama: FakeOllama, tmp_path: Path) -> None:
+    embedder = OllamaEmbedder(fake_ollama.url, model="fake-embed", batch_size=2)
+    cache = EmbeddingCache(tmp_path / "c.sqlite")
+    first, _ = embed_texts(embedder, ["a", "b", "c"], cache)
+    fake_ollama.requests.clear()
+    second, stats = embed_texts(embedder, ["c", "a"], cache)
+    assert fake_ollama.requests == [] and stats.cached == 2
+    np.testing.assert_array_equal(second, first[[2, 0]])
+
+
+def test_ollama_model_not_found(fake_ollama: FakeOllama) -> None:
+    with pytest.raises(EmbedderUnavailable) as error:
+        OllamaEmbedder(fake_ollama.url, model="missing-model")
+    message = str(error.value)
+    assert fake_ollama.url in message and "missing-model" in message and "not found" in message
+    assert "ollama pull missing-model" in message
+
+
+def test_ollama_server_down() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    with pytest.raises(EmbedderUnavailable, match="unreachable") as error:
+        OllamaEmbedder(url, timeout=5)
+    assert url in str(error.value) and "nomic-embed-text" in str(error.value)
+
+
+def test_build_embedder_ollama_needs_url() -> None:
+    with pytest.raises(EmbedderUnavailable, match="URL"):
+        build_embedder(backend="ollama")
