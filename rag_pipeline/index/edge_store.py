@@ -21,7 +21,6 @@ from rag_pipeline.index.vector_store import (
     BATCH_SIZE,
     DENSE,
     KEYWORD_FIELDS,
-    RRF_K,
     SPARSE,
     TEXT_FIELD,
     Hit,
@@ -34,6 +33,7 @@ from rag_pipeline.index.vector_store import (
 
 FULL_SCAN_THRESHOLD_KB = 10_000  # Qdrant's default: below this size a segment is searched exactly
 SCROLL_PAGE = 1_000
+RRF_K = 2  # the RRF constant a Qdrant server uses for Fusion.RRF, so both backends fuse alike
 
 _open_stores: dict[Path, EdgeStore] = {}
 _registry_lock = threading.Lock()
@@ -93,6 +93,10 @@ class EdgeStore(VectorStore):
                 state[sha] = (state.get(sha, (0, []))[0] + 1, record.payload["paths"])
             if offset is None:
                 return state
+
+    def get(self, ids: Sequence[str]) -> list[Hit]:
+        records = self._shard.retrieve(list(ids), with_payload=True, with_vector=False)
+        return [Hit(str(record.id), 0.0, record.payload or {}) for record in records]
 
     def count(self, *, shard: str | None = None, sha: str | None = None) -> int:
         conditions = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
@@ -161,7 +165,8 @@ def _lock(path: Path) -> int:
             "stop that process, or use a Qdrant server: set RAG_QDRANT_URL"
         ) from None
     os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} ({' '.join(sys.orig_argv)})\n".encode())
+    command = " ".join(" ".join(sys.orig_argv).split())  # on one line, even for `python -c` scripts
+    os.write(fd, f"pid {os.getpid()} ({command})\n".encode())
     return fd
 
 

@@ -5,6 +5,7 @@ qdrant-client's `:memory:` location runs the same API in-process, which is how t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,6 +28,12 @@ TIMEOUT_SECONDS = 60
 SCROLL_PAGE = 1_000
 
 
+@functools.cache
+def shared_memory_client() -> QdrantClient:
+    """One process-wide `:memory:` client for RAG_QDRANT_URL=":memory:": its data lives as long as the process."""
+    return QdrantClient(location=":memory:")
+
+
 def connect(*, url: str | None, api_key: str | None, location: str | None) -> QdrantClient:
     """A client for the server at `url` (TLS when it is https://), or for a client `location` such as ":memory:"."""
     if location:
@@ -37,8 +44,10 @@ def connect(*, url: str | None, api_key: str | None, location: str | None) -> Qd
 class ServerStore(VectorStore):
     """The collection on the client's server, created with its payload indexes if missing."""
 
-    def __init__(self, client: QdrantClient, collection: str, dimension: int, hnsw: HnswSettings) -> None:
+    def __init__(self, client: QdrantClient, collection: str, dimension: int, hnsw: HnswSettings,
+                 *, owns_client: bool = True) -> None:
         self.client = client
+        self.owns_client = owns_client
         self.collection = collection
         self.dimension = dimension
         self._search_params = models.SearchParams(hnsw_ef=hnsw.ef)
@@ -96,6 +105,10 @@ class ServerStore(VectorStore):
             if offset is None:
                 return state
 
+    def get(self, ids: Sequence[str]) -> list[Hit]:
+        records = self.client.retrieve(self.collection, list(ids), with_payload=True)
+        return [Hit(str(record.id), 0.0, record.payload or {}) for record in records]
+
     def count(self, *, shard: str | None = None, sha: str | None = None) -> int:
         conditions = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
         return self.client.count(self.collection, count_filter=_filter(conditions), exact=True).count
@@ -127,14 +140,14 @@ class ServerStore(VectorStore):
             ),
             models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch, filter=condition),
         ]
-        # Fusion.RRF uses the server's default constant, which is RRF_K (the edge backend passes it explicitly).
         return self._query(top_k, query=models.FusionQuery(fusion=models.Fusion.RRF), prefetch=prefetches)
 
     def optimize(self) -> None:
         """Nothing to do: the server runs its optimizers by itself."""
 
     def close(self) -> None:
-        self.client.close()
+        if self.owns_client:
+            self.client.close()
 
     def _query(self, limit: int, **request: Any) -> list[Hit]:
         response = self.client.query_points(self.collection, limit=limit, with_payload=True, **request)

@@ -20,6 +20,7 @@ DOCUMENT_COLUMNS: dict[str, str] = {
     "sha": "VARCHAR PRIMARY KEY",
     "shard": "VARCHAR NOT NULL",
     "paths": "VARCHAR[] NOT NULL",
+    "rel_path": "VARCHAR",  # first path relative to its root: the document's name in embedded context
     "doc_type": "VARCHAR",
     "bytes": "BIGINT",
     "status": "VARCHAR",  # pending | ok | failed
@@ -31,6 +32,7 @@ DOCUMENT_COLUMNS: dict[str, str] = {
     "title": "VARCHAR",
     "redactions": "INTEGER",
     "chunks": "INTEGER",
+    "chunk_set": "VARCHAR",  # chunking id of this document's rows in the chunks table
     "convert_ms": "DOUBLE",
     "redact_ms": "DOUBLE",
     "chunk_ms": "DOUBLE",
@@ -41,7 +43,15 @@ DOCUMENT_COLUMNS: dict[str, str] = {
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS documents ({", ".join(f"{name} {kind}" for name, kind in DOCUMENT_COLUMNS.items())});
 CREATE TABLE IF NOT EXISTS source_errors (path VARCHAR PRIMARY KEY, reason VARCHAR, seen_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS chunks (
+    chunk_id VARCHAR PRIMARY KEY, sha VARCHAR NOT NULL, shard VARCHAR NOT NULL, chunk_set VARCHAR NOT NULL,
+    chunk_index INTEGER, heading_path VARCHAR, line_start INTEGER, page INTEGER, chars INTEGER);
+CREATE TABLE IF NOT EXISTS redactions (sha VARCHAR NOT NULL, shard VARCHAR NOT NULL, kind VARCHAR NOT NULL,
+    count INTEGER, PRIMARY KEY (sha, kind));
+CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR, asset VARCHAR, shards VARCHAR, added INTEGER, skipped INTEGER,
+    purged INTEGER, failed INTEGER, seconds DOUBLE, finished_at TIMESTAMP);
 """
+CHUNK_COLUMNS = ["chunk_id", "sha", "shard", "chunk_set", "chunk_index", "heading_path", "line_start", "page", "chars"]
 
 LOCK_RETRY_SECONDS = 10.0
 
@@ -132,6 +142,47 @@ class Sidecar:
         if shas:
             with self.connect() as con:
                 con.execute("DELETE FROM documents WHERE list_contains(?, sha)", [shas])
+
+    def catalogued_shas(self, shard: str, chunk_set: str | None = None) -> set[str]:
+        """Documents whose chunk rows are stored (with chunk_set: only those chunked that way, zero-chunk ones too)."""
+        with self.connect() as con:
+            if chunk_set is None:
+                rows = con.execute("SELECT DISTINCT sha FROM chunks WHERE shard = ?", [shard]).fetchall()
+            else:
+                rows = con.execute(
+                    "SELECT DISTINCT sha FROM chunks WHERE shard = ? AND chunk_set = ? UNION "
+                    "SELECT sha FROM documents WHERE shard = ? AND chunk_set = ? AND chunks = 0",
+                    [shard, chunk_set, shard, chunk_set],
+                ).fetchall()
+        return {sha for (sha,) in rows}
+
+    def replace_catalogue(self, shas: list[str], chunk_rows: list[dict[str, Any]],
+                          redaction_rows: list[dict[str, Any]]) -> None:
+        """Replace the chunk and redaction rows of these documents in one transaction."""
+        chunk_frame = pd.DataFrame(chunk_rows, columns=CHUNK_COLUMNS, dtype=object)
+        redaction_frame = pd.DataFrame(redaction_rows, columns=["sha", "shard", "kind", "count"], dtype=object)
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            con.execute("DELETE FROM chunks WHERE list_contains(?, sha)", [shas])
+            con.execute("DELETE FROM redactions WHERE list_contains(?, sha)", [shas])
+            con.register("incoming_chunks", chunk_frame)
+            con.register("incoming_redactions", redaction_frame)
+            con.execute(f"INSERT INTO chunks SELECT {', '.join(CHUNK_COLUMNS)} FROM incoming_chunks")
+            con.execute("INSERT INTO redactions SELECT sha, shard, kind, count FROM incoming_redactions")
+            con.execute("COMMIT")
+
+    def record_run(self, run_id: str, asset: str, shards: list[str], counts: dict[str, int], seconds: float) -> None:
+        with self.connect() as con:
+            con.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run_id, asset, ",".join(shards), counts.get("added", 0), counts.get("skipped", 0),
+                 counts.get("purged", 0), counts.get("failed", 0), seconds, now()],
+            )
+
+    def query(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        """A read-only question to the sidecar (count, list, group by)."""
+        with self.connect() as con:
+            return records(con.execute(sql, params or []))
 
     def replace_source_errors(self, errors: Iterable[tuple[str, str]]) -> None:
         """Discovery refusals of the latest full scan (path, reason)."""

@@ -17,12 +17,12 @@ BM25_CONFIG = qdrant_edge.Bm25Config(k=1.2, b=0.75, avg_len=50.0, language="engl
 _model = qdrant_edge.Bm25(BM25_CONFIG)
 
 
-def embed_document(text: str) -> SparseVector:
+def encode_document(text: str) -> SparseVector:
     """BM25 weights of a chunk's text, to index."""
     return _convert(_model.embed_document(text))
 
 
-def embed_query(text: str) -> SparseVector:
+def encode_query(text: str) -> SparseVector:
     """Token weights of a query, to search with."""
     return _convert(_model.embed_query(text))
 

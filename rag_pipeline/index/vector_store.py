@@ -18,7 +18,6 @@ DENSE = "dense"
 SPARSE = "bm25"
 KEYWORD_FIELDS = ("path", "paths", "sha", "shard", "doc_type")
 TEXT_FIELD = "text"
-RRF_K = 2  # Qdrant's default RRF constant, set explicitly so both backends fuse identically
 BATCH_SIZE = 256
 
 
@@ -85,6 +84,10 @@ class VectorStore(ABC):
         """sha -> (point count, paths) of every document with points in the shard."""
 
     @abstractmethod
+    def get(self, ids: Sequence[str]) -> list[Hit]:
+        """The points with these ids (score 0), in no particular order; missing ids are skipped."""
+
+    @abstractmethod
     def count(self, *, shard: str | None = None, sha: str | None = None) -> int:
         """Exact number of points, optionally of one shard and/or document."""
 
@@ -130,8 +133,15 @@ def open_vector_store(
     hnsw: HnswSettings = HnswSettings(),
     location: str | None = None,
 ) -> VectorStore:
-    """The server store when a Qdrant URL or client location (":memory:") is given, else the embedded store."""
+    """The server store when a Qdrant URL or client location (":memory:") is given, else the embedded store.
+
+    qdrant_url=":memory:" selects one process-wide in-memory client (the server code path, in-process).
+    """
     collection = collection_name(model_id, dimension)
+    if qdrant_url == ":memory:":
+        from rag_pipeline.index.server_store import ServerStore, shared_memory_client
+
+        return ServerStore(shared_memory_client(), collection, dimension, hnsw, owns_client=False)
     if qdrant_url or location:
         from rag_pipeline.index.server_store import ServerStore, connect
 

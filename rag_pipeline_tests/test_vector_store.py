@@ -1,0 +1,294 @@
+"""One suite for both vector store backends: embedded qdrant-edge and qdrant-client (`:memory:` server API)."""
+
+from __future__ import annotations
+
+import math
+import random
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rag_pipeline.index.sparse import encode_document, encode_query
+from rag_pipeline.index.vector_store import (
+    IndexPoint,
+    VectorStore,
+    VectorStoreLocked,
+    collection_name,
+    open_vector_store,
+)
+
+pytestmark = [  # qdrant-client's local mode ignores payload indexes and HNSW parameters
+    pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant"),
+    pytest.mark.filterwarnings("ignore:Local mode performs exact"),
+]
+
+REPO = Path(__file__).resolve().parents[1]
+DIM = 24
+MODEL = "test-org/Test-Model.v1"
+# One text per point; "pump" is common, "gasket" and "ZX-4471" occur once.
+TEXTS = [
+    "The centrifugal pump moves cooling water through the primary loop.",
+    "Inspect the pump seals every month for leaks.",
+    "A pump failure triggers the backup generator alarm.",
+    "Replace the pump bearings when vibration exceeds the limit.",
+    "The pump controller logs pressure readings each minute.",
+    "Order spare part ZX-4471 before the winter shutdown.",
+    "Quarterly budget review covers travel and training costs.",
+    "The gasket on the inlet flange must be torqued evenly.",
+    "Employees submit expense reports through the finance portal.",
+    "The library closes early on public holidays.",
+    "Solar panels on the roof supply power during the day.",
+    "Network switches in the server room need firmware updates.",
+]
+SHAS = ["sha0", "sha1", "sha2", "sha3"]  # three points each; sha0 and sha1 in shard s0, sha1 and sha3 are pdf
+
+
+def unit_vector(rng: random.Random, dimension: int = DIM) -> list[float]:
+    vector = [rng.gauss(0, 1) for _ in range(dimension)]
+    norm = math.sqrt(sum(value * value for value in vector))
+    return [value / norm for value in vector]
+
+
+def make_point(rng: random.Random, index: int, text: str, sha: str, dimension: int = DIM) -> IndexPoint:
+    paths = [f"/docs/{sha}.md", f"/mirror/{sha}.md"]
+    payload = {
+        "text": text,
+        "window_text": text,
+        "paths": paths,
+        "path": paths[0],
+        "heading_path": "Intro",
+        "line_start": index,
+        "page": None,
+        "chunk_index": index,
+        "sha": sha,
+        "shard": "s0" if sha in ("sha0", "sha1") else "s1",
+        "doc_type": "pdf" if sha in ("sha1", "sha3") else "md",
+        "ingested_at": "2024-05-01T12:00:00+00:00",
+    }
+    point_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    return IndexPoint(point_id, unit_vector(rng, dimension), encode_document(text), payload)
+
+
+def make_points(seed: int = 7) -> list[IndexPoint]:
+    rng = random.Random(seed)
+    return [make_point(rng, i, text, SHAS[i // 3]) for i, text in enumerate(TEXTS)]
+
+
+def open_store(backend: str, data_dir: Path, dimension: int = DIM) -> VectorStore:
+    location = ":memory:" if backend == "server" else None
+    return open_vector_store(data_dir=data_dir, model_id=MODEL, dimension=dimension, location=location)
+
+
+@pytest.fixture(params=["edge", "server"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
+    opened = open_store(request.param, tmp_path)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def points() -> list[IndexPoint]:
+    return make_points()
+
+
+def point_with(points: list[IndexPoint], word: str) -> IndexPoint:
+    return next(point for point in points if word in point.payload["text"])
+
+
+def test_collection_name() -> None:
+    assert collection_name("sentence-transformers/all-MiniLM-L6-v2", 384) == (
+        "chunks__sentence-transformers_all-minilm-l6-v2__384"
+    )
+    assert collection_name("BAAI/bge-small-en-v1.5", 384) != collection_name("BAAI/bge-base-en-v1.5", 768)
+
+
+def test_upsert_counts_and_is_idempotent(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    assert store.count() == 12
+    assert store.count(shard="s0") == 6
+    assert store.count(sha="sha2") == 3
+    assert store.count(shard="s0", sha="sha2") == 0
+    store.upsert(points)
+    assert store.count() == 12
+    assert store.collection == collection_name(MODEL, DIM)
+
+
+def test_delete_shas(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    store.delete_shas(["sha0", "sha3"])
+    store.delete_shas([])
+    assert store.count() == 6
+    assert store.count(sha="sha0") == store.count(sha="sha3") == 0
+    remaining = {hit.payload["sha"] for hit in store.search_dense(points[0].dense, top_k=20)}
+    assert remaining == {"sha1", "sha2"}
+
+
+def test_get_by_id(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    missing = str(uuid.UUID(int=0))
+    hits = store.get([points[0].id, points[5].id, missing])
+    assert sorted(hit.id for hit in hits) == sorted([points[0].id, points[5].id])
+    assert {hit.id: hit.payload for hit in hits}[points[5].id] == points[5].payload
+
+
+def test_set_paths_and_shard_state(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    assert store.shard_state("s0") == {
+        "sha0": (3, ["/docs/sha0.md", "/mirror/sha0.md"]),
+        "sha1": (3, ["/docs/sha1.md", "/mirror/sha1.md"]),
+    }
+    store.set_paths("sha1", ["/moved/b.pdf"])
+    assert store.shard_state("s0")["sha1"] == (3, ["/moved/b.pdf"])
+    hits = store.search_dense(points[0].dense, top_k=20)
+    for hit in hits:
+        sha = hit.payload["sha"]
+        expected = ["/moved/b.pdf"] if sha == "sha1" else [f"/docs/{sha}.md", f"/mirror/{sha}.md"]
+        assert (hit.payload["paths"], hit.payload["path"]) == (expected, expected[0])
+    assert store.shard_state("missing") == {}
+
+
+def test_search_dense_nearest_and_filters(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    target = points[4]
+    hits = store.search_dense(target.dense, top_k=3)
+    assert len(hits) == 3
+    assert hits[0].id == target.id
+    assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+    assert hits[0].payload == target.payload
+    assert hits[0].score >= hits[1].score >= hits[2].score
+
+    pdf = store.search_dense(target.dense, top_k=20, filters={"doc_type": "pdf"})
+    assert len(pdf) == 6 and {hit.payload["doc_type"] for hit in pdf} == {"pdf"}
+    by_paths = store.search_dense(target.dense, top_k=20, filters={"paths": "/mirror/sha2.md"})
+    assert {hit.payload["sha"] for hit in by_paths} == {"sha2"} and len(by_paths) == 3
+    by_path = store.search_dense(target.dense, top_k=20, filters={"path": "/docs/sha0.md", "sha": "sha0"})
+    assert len(by_path) == 3
+    assert store.search_dense(target.dense, filters={"path": "/mirror/sha0.md"}) == []
+
+
+def test_search_sparse_rare_token_and_idf(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    hits = store.search_sparse(encode_query("zx-4471"))
+    assert [hit.id for hit in hits] == [point_with(points, "ZX-4471").id]
+    # "pump" is in five texts, "gasket" in one: IDF ranks the gasket text first although its text is longer.
+    hits = store.search_sparse(encode_query("pump gasket"), top_k=20)
+    assert hits[0].id == point_with(points, "gasket").id
+    assert len(hits) == 6
+    # Stemming and stopwords: "pumps" matches "pump", "the" matches nothing.
+    assert len(store.search_sparse(encode_query("the pumps"), top_k=20)) == 5
+    assert store.search_sparse(encode_query("pump"), filters={"doc_type": "pdf"})[0].payload["doc_type"] == "pdf"
+
+
+def test_search_hybrid_fuses_dense_and_sparse(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    dense_best, sparse_best = points[9], point_with(points, "ZX-4471")
+    hits = store.search_hybrid(dense_best.dense, encode_query("ZX-4471"), top_k=5)
+    assert {hit.id for hit in hits[:2]} == {dense_best.id, sparse_best.id}
+    assert len(hits) == 5
+    filtered = store.search_hybrid(dense_best.dense, encode_query("ZX-4471"), filters={"shard": "s1"})
+    assert {hit.payload["shard"] for hit in filtered} == {"s1"}
+    assert sparse_best.id not in {hit.id for hit in filtered}
+
+
+def test_backends_agree(tmp_path: Path, points: list[IndexPoint]) -> None:
+    edge, server = open_store("edge", tmp_path), open_store("server", tmp_path)
+    try:
+        for backend in (edge, server):
+            backend.upsert(points)
+            backend.optimize()
+        for query in ("pump gasket", "zx-4471", "the finance portal", "power"):
+            sparse = encode_query(query)
+            edge_hits, server_hits = edge.search_sparse(sparse), server.search_sparse(sparse)
+            # Same BM25 x IDF scores; equal scores may come in either order.
+            assert edge_hits[0].id == server_hits[0].id
+            assert {hit.id for hit in edge_hits} == {hit.id for hit in server_hits}
+            assert [hit.score for hit in edge_hits] == pytest.approx([hit.score for hit in server_hits], rel=1e-4)
+        for point in points:
+            assert edge.search_dense(point.dense, top_k=1)[0].id == server.search_dense(point.dense, top_k=1)[0].id
+            sparse = encode_query("finance portal power")  # two matches, distinct scores
+            edge_hybrid = edge.search_hybrid(point.dense, sparse, top_k=3)
+            server_hybrid = server.search_hybrid(point.dense, sparse, top_k=3)
+            assert edge_hybrid[0].id == server_hybrid[0].id
+            assert [hit.score for hit in edge_hybrid] == pytest.approx([hit.score for hit in server_hybrid])
+    finally:
+        edge.close()
+        server.close()
+
+
+def test_edge_bulk_load_and_optimize(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    points = [make_point(rng, i, f"{TEXTS[i % 12]} Record {i}.", f"bulk{i // 10}", 16) for i in range(2000)]
+    store = open_store("edge", tmp_path, dimension=16)
+    try:
+        store.upsert(points)
+        store.optimize()
+        assert store.count() == 2000
+        assert store.count(sha="bulk7") == 10
+        for point in rng.sample(points, 25):
+            assert store.search_dense(point.dense, top_k=1)[0].id == point.id
+        assert store.search_sparse(encode_query("record 1234"))[0].id == points[1234].id
+    finally:
+        store.close()
+
+
+def test_edge_same_process_shares_one_store(tmp_path: Path, points: list[IndexPoint]) -> None:
+    first = open_store("edge", tmp_path)
+    second = open_store("edge", tmp_path)
+    assert first is second
+    first.upsert(points)
+    first.close()
+    assert second.count() == 12  # still open for the other opener
+    second.close()
+    reopened = open_store("edge", tmp_path)
+    assert reopened is not first and reopened.count() == 12
+    reopened.close()
+
+
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+
+
+OPEN_IN_CHILD = f"""
+import sys
+from pathlib import Path
+from rag_pipeline.index.vector_store import open_vector_store
+store = open_vector_store(data_dir=Path(sys.argv[1]), model_id={MODEL!r}, dimension={DIM})
+"""
+
+
+def test_edge_persists_across_processes(tmp_path: Path, points: list[IndexPoint]) -> None:
+    store = open_store("edge", tmp_path)
+    store.upsert(points)
+    store.set_paths("sha2", ["/renamed.md"])
+    store.delete_shas(["sha3"])
+    store.close()
+    child = OPEN_IN_CHILD + "print(store.count(), store.shard_state('s1'))\nstore.close()\n"
+    assert run_python(child, str(tmp_path)).stdout.strip() == "9 {'sha2': (3, ['/renamed.md'])}"
+
+    store = open_store("edge", tmp_path)
+    assert store.search_dense(points[1].dense, top_k=1)[0].id == points[1].id
+    store.close()
+
+
+def test_edge_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
+    child = OPEN_IN_CHILD + "print('ready', flush=True)\nsys.stdin.readline()\nstore.close()\n"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", child, str(tmp_path)], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with pytest.raises(VectorStoreLocked) as error:
+            open_store("edge", tmp_path)
+        message = str(error.value)
+        assert f"pid {holder.pid}" in message and "-c" in message
+        assert "stop that process, or use a Qdrant server: set RAG_QDRANT_URL" in message
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+    open_store("edge", tmp_path).close()  # the lock is released when the holder exits
