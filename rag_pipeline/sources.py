@@ -29,6 +29,10 @@ class SourceFile:
     size: int
     doc_type: str
 
+    @property
+    def relative_path(self) -> str:
+        return Path(self.path).relative_to(self.root).as_posix()
+
 
 @dataclass(frozen=True)
 class SourceError:

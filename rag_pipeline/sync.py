@@ -25,8 +25,6 @@ from rag_pipeline.redact import find_secrets, redact
 from rag_pipeline.settings import Settings
 from rag_pipeline.sources import Manifest, sha256_file
 
-STAGES = ("raw", "markdown", "redacted", "chunks")
-
 
 @dataclass
 class StageReport:
@@ -41,12 +39,20 @@ class StageReport:
     failed: dict[str, str] = field(default_factory=dict)
     chunks: int = 0
     seconds: float = 0.0
+    stats: dict[str, float] = field(default_factory=dict)  # stage-specific figures for the asset metadata
     purged_paths: dict[str, str] = field(default_factory=dict)
     check_failures: list[str] = field(default_factory=list)
 
 
 def stores(settings: Settings) -> dict[str, ArtifactStore]:
-    return {stage: ArtifactStore(settings.artifacts_dir, stage) for stage in STAGES}
+    """Each stage's artifact store. Chunks and embeddings live under folders named after the settings that
+    made them (chunking id, embedding model), so changing those settings rebuilds instead of mixing."""
+    folders = {
+        "raw": "raw", "markdown": "markdown", "redacted": "redacted",
+        "chunks": f"chunks/{settings.chunking_id}",
+        "embeddings": f"embeddings/{settings.embedding_model_id.replace('/', '__')}/{settings.chunking_id}",
+    }
+    return {stage: ArtifactStore(settings.artifacts_dir, folder) for stage, folder in folders.items()}
 
 
 def describe(row: dict[str, Any] | None, sha: str) -> str:
@@ -70,7 +76,7 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
             sources = documents[sha]
             paths = [source.path for source in sources]
             row = {"sha": sha, "shard": shard, "paths": paths, "doc_type": sources[0].doc_type,
-                   "bytes": sources[0].size}
+                   "bytes": sources[0].size, "rel_path": sources[0].relative_path}
             if sha in held:
                 report.skipped += 1
                 if sha in known and sorted(known[sha]["paths"]) != sorted(paths):
@@ -241,29 +247,3 @@ def read_chunks(settings: Settings, shard: str, sha: str) -> list[Chunk]:
     store = stores(settings)["chunks"]
     lines = store.read_text(shard, sha, "jsonl").split("\n")
     return [Chunk.from_dict(json.loads(line)) for line in lines if line]
-
-
-def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar) -> list[str]:
-    """Shards whose stored state (sidecar paths or any stage's artifacts) differs from the manifest."""
-    documents = manifest.documents()
-    known = sidecar.documents()
-    all_stores = stores(settings)
-    pending = []
-    for shard in settings.shard_keys:
-        wanted = {sha for sha in documents if settings.shard_of(sha) == shard}
-        stored = {sha for sha, row in known.items() if row["shard"] == shard}
-        failed = all_stores["markdown"].shas(shard, "error.json")
-        paths_changed = any(
-            sorted(known[sha]["paths"]) != sorted(s.path for s in documents[sha]) for sha in wanted & stored
-        )
-        in_sync = (
-            wanted == stored
-            and not paths_changed
-            and all_stores["raw"].shas(shard) == wanted
-            and all_stores["markdown"].shas(shard) == wanted
-            and all_stores["redacted"].shas(shard) == wanted - failed
-            and all_stores["chunks"].shas(shard) == wanted - failed
-        )
-        if not in_sync:
-            pending.append(shard)
-    return pending

@@ -105,7 +105,7 @@ def test_edit_rename_duplicate_delete(tmp_path: Path, data_dir: Path) -> None:
     assert sorted(summary["shards"]) == sorted({settings.shard_of(old_sha), settings.shard_of(new_sha)})
     assert (summary["added"], summary["purged"], summary["moved"]) == (1, 1, 0)
     assert artifacts_of(settings, old_sha) == [] and old_sha not in sidecar.documents()
-    assert len(artifacts_of(settings, new_sha)) == 6  # raw, md + json, redacted md + json, chunks
+    assert len(artifacts_of(settings, new_sha)) == 7  # raw, md + json, redacted md + json, chunks, vectors
     assert "retention default changed to 45 days" in all_chunk_texts(settings)
 
     # Rename: same bytes, new path: recorded, not re-converted or re-chunked.

@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 
 from rag_pipeline import sync
+from rag_pipeline.index import indexing
 from rag_pipeline.defs.partitions import SHARDS
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.sync import StageReport
@@ -46,7 +47,11 @@ def documents_table(report: StageReport, rag: RagResource) -> dg.TableMetadataVa
     schema = dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in TABLE_COLUMNS.items()])
     return dg.MetadataValue.table(records, schema=schema)
 
-def stage_metadata(report: StageReport, rag: RagResource) -> dict[str, Any]:
+def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecutionContext) -> dict[str, Any]:
+    """Counts, timings and the documents table of a stage; the same counts go to the sidecar's runs table."""
+    counts = {"added": len(report.added), "skipped": report.skipped, "purged": len(report.purged),
+              "failed": len(report.failed)}
+    rag.sidecar().record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds)
     metadata: dict[str, Any] = {
         "shards": ",".join(report.shards),
         "added": len(report.added),
@@ -56,6 +61,7 @@ def stage_metadata(report: StageReport, rag: RagResource) -> dict[str, Any]:
         "seconds": round(report.seconds, 3),
         "docs_per_second": round(len(report.added) / report.seconds, 2) if report.seconds else 0.0,
         "documents": documents_table(report, rag),
+        **report.stats,
     }
     if report.failed:
         metadata["failures"] = dg.MetadataValue.md("\n".join(f"- {error}" for error in report.failed.values()))
@@ -76,7 +82,7 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
     sidecar = rag.sidecar()
     sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
     report = sync.sync_raw(rag.settings, manifest, context.partition_keys, sidecar)
-    metadata = stage_metadata(report, rag)
+    metadata = stage_metadata(report, rag, context)
     metadata["moved"] = len(report.moved)
     metadata["refused_files"] = len(manifest.errors)
     if manifest.errors:
@@ -93,7 +99,7 @@ def markdown_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
     report = sync.sync_markdown(rag.settings, rag.converter(), context.partition_keys, rag.sidecar(),
                                 progress=rag.show_progress)
     return dg.MaterializeResult(
-        metadata=stage_metadata(report, rag),
+        metadata=stage_metadata(report, rag, context),
         check_results=[check_result("converted_documents_non_empty", report)],
     )
 
@@ -106,7 +112,7 @@ def redacted_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
     """Redact secrets and PII before anything downstream sees the text."""
     report = sync.sync_redacted(rag.settings, context.partition_keys, rag.sidecar())
     return dg.MaterializeResult(
-        metadata=stage_metadata(report, rag),
+        metadata=stage_metadata(report, rag, context),
         check_results=[check_result("no_secret_survives", report)],
     )
 
@@ -118,9 +124,67 @@ def redacted_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
 def chunks(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Split redacted documents into chunks with heading paths, lines and pages."""
     report = sync.sync_chunks(rag.settings, context.partition_keys, rag.sidecar())
-    metadata = stage_metadata(report, rag)
+    metadata = stage_metadata(report, rag, context)
     metadata["chunks_written"] = report.chunks
     metadata["chunks_per_second"] = round(report.chunks / report.seconds, 1) if report.seconds else 0.0
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("chunk_sizes_within_limit", report)])
 
-INGEST_ASSETS = [raw_documents, markdown_documents, redacted_documents, chunks]
+@dg.asset(**SHARDED, deps=[chunks])
+def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
+    """Embed new chunks ("path > heading path" + text), batched across documents, through the embedding cache."""
+    embedder = rag.embedder()
+    report = indexing.sync_embeddings(rag.settings, embedder, rag.embedding_cache(), context.partition_keys,
+                                      rag.sidecar(), progress=rag.show_progress)
+    metadata = stage_metadata(report, rag, context)
+    metadata.update(model=embedder.model_id, dimension=embedder.dimension, chunks_embedded=report.chunks)
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(
+    **SHARDED,
+    deps=[embeddings],
+    check_specs=[dg.AssetCheckSpec("points_match_sidecar_chunks", asset="vector_index", blocking=True)],
+)
+def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
+    """Upsert new points, delete purged documents' points, update paths of moved ones (no re-embedding)."""
+    with rag.vector_store() as store:
+        report = indexing.sync_vector_index(rag.settings, store, context.partition_keys, rag.sidecar())
+    metadata = stage_metadata(report, rag, context)
+    metadata.update(collection=store.collection, moved=len(report.moved))
+    return dg.MaterializeResult(metadata=metadata,
+                                check_results=[check_result("points_match_sidecar_chunks", report)])
+
+
+@dg.asset(**SHARDED, deps=[vector_index])
+def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
+    """Chunk and redaction rows of every document in the DuckDB sidecar, for exact questions."""
+    report = indexing.sync_catalogue(rag.settings, context.partition_keys, rag.sidecar())
+    metadata = stage_metadata(report, rag, context)
+    metadata["chunk_rows_written"] = report.chunks
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(deps=[metadata_sidecar], group_name="corpus")
+def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
+    """Documents and chunks by type, failures and redaction totals over the whole corpus."""
+    sidecar = rag.sidecar()
+    by_type = sidecar.totals_by_type()
+    redactions = sidecar.query("SELECT kind, sum(count) AS count FROM redactions GROUP BY kind ORDER BY count DESC")
+    failures = sidecar.query("SELECT paths[1] AS path, error FROM documents WHERE status = 'failed' ORDER BY path")
+    refused = sidecar.source_errors()
+    lines = ["| type | documents | failed | chunks | redactions |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['doc_type']} | {r['documents']} | {r['failed']} | {r['chunks']} | {r['redactions']} |" for r in by_type]
+    return dg.MaterializeResult(metadata={
+        "documents": sum(r["documents"] for r in by_type),
+        "chunks": sum(r["chunks"] for r in by_type),
+        "failed": len(failures),
+        "refused_files": len(refused),
+        "by_type": dg.MetadataValue.md("\n".join(lines)),
+        "redactions_by_kind": dg.MetadataValue.json({r["kind"]: r["count"] for r in redactions}),
+        "failures": dg.MetadataValue.md("\n".join(f"- `{f['path']}`: {f['error']}" for f in failures + [
+            {"path": r["path"], "error": r["reason"]} for r in refused]) or "none"),
+    })
+
+
+INGEST_ASSETS = [raw_documents, markdown_documents, redacted_documents, chunks, embeddings, vector_index,
+                 metadata_sidecar]

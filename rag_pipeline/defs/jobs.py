@@ -1,4 +1,4 @@
-"""Jobs: the shard-partitioned ingest job the sensor and the CLI launch."""
+"""Jobs: the shard-partitioned ingest job the file sensor launches, and the corpus summary refresh."""
 
 import dagster as dg
 
@@ -9,4 +9,10 @@ ingest_job = dg.define_asset_job(
     selection=dg.AssetSelection.groups("ingest"),
     partitions_def=SHARDS,
     description="Sync the selected shards: new SHAs ingested, vanished SHAs purged, unchanged SHAs skipped.",
+)
+
+corpus_summary_job = dg.define_asset_job(
+    "corpus_summary_job",
+    selection=dg.AssetSelection.assets("corpus_summary"),
+    description="Refresh the corpus-wide summary from the sidecar.",
 )

@@ -5,12 +5,12 @@ import json
 
 import dagster as dg
 
-from rag_pipeline.defs.jobs import ingest_job
+from rag_pipeline.defs.jobs import corpus_summary_job, ingest_job
 from rag_pipeline.defs.partitions import shard_run_tags
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.settings import Settings
 from rag_pipeline.sources import Manifest
-from rag_pipeline.sync import pending_shards
+from rag_pipeline.index.indexing import pending_shards
 
 def shard_digests(settings: Settings, manifest: Manifest) -> dict[str, str]:
     """shard -> digest of its (sha, path) pairs: any add, edit, move, copy or delete changes it."""
@@ -32,7 +32,8 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
     manifest = rag.manifest()
     digests = shard_digests(settings, manifest)
     if context.cursor is None:
-        affected = pending_shards(settings, manifest, rag.sidecar())
+        with rag.vector_store() as store:
+            affected = pending_shards(settings, manifest, rag.sidecar(), store)
     else:
         previous = json.loads(context.cursor)
         affected = [shard for shard in settings.shard_keys if digests.get(shard) != previous.get(shard)]
@@ -41,3 +42,14 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
         return dg.SensorResult(skip_reason=dg.SkipReason("no change under the roots"), cursor=cursor)
     run_key = hashlib.sha256(cursor.encode()).hexdigest()[:16]
     return dg.SensorResult(run_requests=[dg.RunRequest(run_key=run_key, tags=shard_run_tags(affected))], cursor=cursor)
+
+
+@dg.run_status_sensor(
+    run_status=dg.DagsterRunStatus.SUCCESS,
+    monitored_jobs=[ingest_job],
+    request_job=corpus_summary_job,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+)
+def corpus_summary_after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest:
+    """Every successful shard run refreshes the corpus summary."""
+    return dg.RunRequest(run_key=context.dagster_run.run_id)

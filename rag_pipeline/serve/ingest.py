@@ -11,10 +11,10 @@ from typing import Any, Iterator
 
 import dagster as dg
 
-from rag_pipeline.defs.assets import INGEST_ASSETS
+from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
 from rag_pipeline.defs.partitions import shard_run_tags
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.sync import pending_shards
+from rag_pipeline.index.indexing import pending_shards
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -49,17 +49,21 @@ def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, p
     )
     settings, sidecar = rag.settings, rag.sidecar()
     manifest = rag.manifest()
-    shards = pending_shards(settings, manifest, sidecar)
+    with rag.vector_store() as store:
+        shards = pending_shards(settings, manifest, sidecar, store)
     summary: dict[str, Any] = {"added": 0, "unchanged": len(manifest.documents()), "moved": 0, "purged": 0,
-                               "chunks": 0, "shards": shards, "run_id": None}
+                               "chunks": 0, "vectors_computed": 0, "vectors_cached": 0, "points_upserted": 0,
+                               "points_deleted": 0, "shards": shards, "run_id": None}
     if shards:
         with dagster_instance() as instance:
             result = dg.materialize(
                 INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=shard_run_tags(shards),
                 run_config=QUIET_LOGS, raise_on_error=False,
             )
-        if not result.success:
-            raise IngestFailed(run_failure(result))
+            if not result.success:
+                raise IngestFailed(run_failure(result))
+            dg.materialize([corpus_summary, *INGEST_ASSETS], selection=[corpus_summary], resources={"rag": rag},
+                           instance=instance, run_config=QUIET_LOGS)
         moved = metadata_value(result, "raw_documents", "moved")
         summary.update(
             run_id=result.run_id,
@@ -68,6 +72,10 @@ def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, p
             unchanged=metadata_value(result, "raw_documents", "skipped") - moved,
             purged=metadata_value(result, "raw_documents", "purged"),
             chunks=metadata_value(result, "chunks", "chunks_written"),
+            vectors_computed=metadata_value(result, "embeddings", "vectors_computed"),
+            vectors_cached=metadata_value(result, "embeddings", "vectors_cached"),
+            points_upserted=metadata_value(result, "vector_index", "points_upserted"),
+            points_deleted=metadata_value(result, "vector_index", "points_deleted"),
         )
     else:
         sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
