@@ -24,7 +24,7 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.sources import Manifest
 from rag_pipeline.sync import StageReport, read_chunks, reconcile, stores
 
-EMBED_SLICE = 2048  # texts per embedding call: bounds memory and drives the progress bar
+EMBED_SLICE = 512  # texts per embedding call: bounds memory and drives the progress bar
 UPSERT_BATCH = 1024
 
 

@@ -1,0 +1,221 @@
+"""Index correctness on both vector store backends: points == sidecar chunks == chunk files, exact incremental
+semantics (edit / rename / copy / delete), crash convergence, and search by paraphrase and by rare token."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.index.indexing import contextual_text
+from rag_pipeline.index.server_store import shared_memory_client
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.index.sparse import encode_query
+from rag_pipeline.index.vector_store import VectorStore
+from rag_pipeline.serve.ingest import ingest
+from rag_pipeline.settings import Settings
+from rag_pipeline.sync import read_chunks, stores
+
+from .conftest import DATASETS, SAMPLE_CORPUS
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant"),
+    pytest.mark.filterwarnings("ignore:Local mode performs exact"),
+]
+PAYLOAD_KEYS = {"text", "window_text", "paths", "path", "heading_path", "line_start", "page", "chunk_index",
+                "sha", "shard", "doc_type", "ingested_at"}
+
+
+@pytest.fixture(params=["edge", "server"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The embedded engine, or the server code path on qdrant-client's in-process `:memory:` API."""
+    shared_memory_client.cache_clear()
+    if request.param == "server":
+        monkeypatch.setenv("RAG_QDRANT_URL", ":memory:")
+    yield request.param
+    shared_memory_client.cache_clear()
+
+
+def open_store(data_dir: Path):
+    return RagResource(data_dir=str(data_dir)).vector_store()
+
+
+def sha_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def chunk_file_lines(settings: Settings) -> int:
+    return sum(len(path.read_text().splitlines()) for path in stores(settings)["chunks"].dir.rglob("*.jsonl"))
+
+
+def all_points(store: VectorStore, settings: Settings) -> dict[str, dict]:
+    """Every point of the collection, by id (shard by shard)."""
+    points = {}
+    for shard in settings.shard_keys:
+        state = store.shard_state(shard)
+        for sha in state:
+            ids = [row["chunk_id"] for row in Sidecar(settings.sidecar_path).query(
+                "SELECT chunk_id FROM chunks WHERE sha = ?", [sha])]
+            points.update({hit.id: hit.payload for hit in store.get(ids)})
+    return points
+
+
+def assert_index_agrees(data_dir: Path) -> dict[str, dict]:
+    """Points == sidecar chunk rows == chunk file lines, with complete payloads and current paths."""
+    settings = Settings(data_dir=data_dir)
+    sidecar = Sidecar(settings.sidecar_path)
+    rows = sidecar.query("SELECT c.chunk_id, c.sha, d.paths FROM chunks c JOIN documents d USING (sha)")
+    with open_store(data_dir) as store:
+        total = store.count()
+        points = all_points(store, settings)
+    assert total == len(rows) == chunk_file_lines(settings) == len(points)
+    for row in rows:
+        payload = points[row["chunk_id"]]
+        assert set(payload) == PAYLOAD_KEYS
+        assert payload["sha"] == row["sha"] and sorted(payload["paths"]) == sorted(row["paths"])
+        assert payload["path"] == payload["paths"][0] and payload["text"]
+    return points
+
+
+def small_corpus(root: Path) -> Path:
+    for name in ["guides/installation.md", "guides/configuration.md", "ops/incident-runbook.md",
+                 "reference/glossary.md", "notes/faq.txt"]:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE_CORPUS / name, target)
+    return root
+
+
+def hits_for_token(data_dir: Path, token: str) -> list[dict]:
+    with open_store(data_dir) as store:
+        return [hit.payload for hit in store.search_sparse(encode_query(token), top_k=5)]
+
+
+@pytest.mark.slow
+def test_sample_corpus_index_and_reingest(backend: str, corpus: Path, data_dir: Path) -> None:
+    first = ingest([corpus], data_dir)
+    assert first["failed"] == [] and first["points_upserted"] == first["chunks"] > 50
+    points = assert_index_agrees(data_dir)
+    assert {payload["doc_type"] for payload in points.values()} == {"md", "txt", "pdf", "docx", "html", "pptx"}
+    assert any(payload["page"] == 5 for payload in points.values())
+
+    again = ingest([corpus], data_dir)
+    assert again["run_id"] is None and again["vectors_computed"] == 0 and again["points_upserted"] == 0
+
+    rag = RagResource(data_dir=str(data_dir))
+    with rag.vector_store() as store:
+        # Dense search finds a document by a paraphrase; sparse search finds one by a rare exact token.
+        embedder = rag.embedder()
+        dense = store.search_dense(embedder.embed_query("how can the service listen on port 8000 under SELinux"), 3)
+        assert dense[0].payload["path"].endswith("installation.md")
+        sparse = store.search_sparse(encode_query("semanage"), 3)
+        assert sparse[0].payload["path"].endswith("installation.md") and "semanage" in sparse[0].payload["text"]
+
+
+def test_edit_rename_copy_delete_keep_the_index_exact(backend: str, tmp_path: Path, data_dir: Path) -> None:
+    root = small_corpus(tmp_path / "docs")
+    ingest([root], data_dir)
+    assert_index_agrees(data_dir)
+
+    edited = root / "reference" / "glossary.md"
+    old_sha = sha_of(edited)
+    edited.write_text(edited.read_text().replace("Reciprocal rank fusion", "Fusion QX-9031 of ranks"))
+    summary = ingest([root], data_dir)
+    assert summary["vectors_computed"] >= 1 and summary["points_deleted"] > 0
+    assert_index_agrees(data_dir)
+    assert not [hit for hit in hits_for_token(data_dir, "reciprocal") if hit["sha"] == old_sha]
+    assert hits_for_token(data_dir, "QX-9031")[0]["sha"] == sha_of(edited)
+    with open_store(data_dir) as store:
+        assert store.count(sha=old_sha) == 0
+
+    moved = root / "reference" / "terms.md"
+    edited.rename(moved)
+    summary = ingest([root], data_dir)
+    assert (summary["moved"], summary["vectors_computed"], summary["points_upserted"]) == (1, 0, 0)
+    assert hits_for_token(data_dir, "QX-9031")[0]["paths"] == [str(moved)]
+
+    copy = root / "archive" / "terms-copy.md"
+    copy.parent.mkdir()
+    shutil.copy(moved, copy)
+    summary = ingest([root], data_dir)
+    assert (summary["moved"], summary["vectors_computed"], summary["points_upserted"]) == (1, 0, 0)
+    assert sorted(hits_for_token(data_dir, "QX-9031")[0]["paths"]) == sorted([str(copy), str(moved)])
+    assert_index_agrees(data_dir)
+
+    moved.unlink()
+    copy.unlink()
+    summary = ingest([root], data_dir)
+    assert summary["purged"] == 1 and summary["points_deleted"] > 0
+    assert not [hit for hit in hits_for_token(data_dir, "QX-9031") if "QX-9031" in hit["text"]]
+    assert_index_agrees(data_dir)
+
+
+def test_embedding_cache_serves_a_rebuild(tmp_path: Path, data_dir: Path, backend: str) -> None:
+    root = small_corpus(tmp_path / "docs")
+    first = ingest([root], data_dir)
+    settings = Settings(data_dir=data_dir)
+    shutil.rmtree(stores(settings)["embeddings"].dir)  # a rebuild of the vectors: every shard re-embeds
+    rebuilt = ingest([root], data_dir)
+    assert rebuilt["vectors_computed"] == 0 and rebuilt["vectors_cached"] == first["vectors_computed"]
+    assert rebuilt["points_upserted"] == 0  # same vectors, same points already in the index
+    assert_index_agrees(data_dir)
+
+
+def test_contextual_text_carries_path_and_headings(tmp_path: Path, data_dir: Path) -> None:
+    root = small_corpus(tmp_path / "docs")
+    ingest([root], data_dir)
+    settings = Settings(data_dir=data_dir)
+    sha = sha_of(root / "guides" / "installation.md")
+    chunk = next(c for c in read_chunks(settings, settings.shard_of(sha), sha) if "semanage" in c.text)
+    assert contextual_text("guides/installation.md", chunk).startswith(
+        "guides/installation.md > Installing Nimbus > Linux > Fedora\n")
+    assert "guides/installation.md" not in chunk.text  # the stored text is unchanged
+
+
+def scifact_files(target: Path, count: int) -> Path:
+    target.mkdir(parents=True)
+    with (DATASETS / "scifact" / "corpus.jsonl").open() as handle:
+        for _, line in zip(range(count), handle):
+            record = json.loads(line)
+            (target / f"{record['_id']}.txt").write_text(f"{record['title']}\n\n{record['text']}\n")
+    return target
+
+
+@pytest.mark.slow
+def test_killed_ingest_converges_to_the_uninterrupted_state(tmp_path: Path) -> None:
+    root = scifact_files(tmp_path / "scifact", 100)
+    command = [sys.executable, "-m", "rag_pipeline", "ingest", str(root), "--json", "--data-dir"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
+    process = subprocess.Popen([*command, str(killed_dir)], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    vectors = killed_dir / "embedding_cache.sqlite"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:  # kill once embedding is under way
+        if vectors.exists() and vectors.stat().st_size > 64 * 1024:
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, "the ingest finished before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+    resumed = json.loads(subprocess.run([*command, str(killed_dir)], env=env, capture_output=True, text=True,
+                                        check=True).stdout)
+    assert resumed["vectors_cached"] > 0  # work done before the kill was not lost
+    subprocess.run([*command, str(clean_dir)], env=env, capture_output=True, check=True)
+    killed_points, clean_points = assert_index_agrees(killed_dir), assert_index_agrees(clean_dir)
+    assert killed_points.keys() == clean_points.keys()
+    for point_id, payload in clean_points.items():
+        assert {**killed_points[point_id], "ingested_at": None} == {**payload, "ingested_at": None}
+    assert (Sidecar(Settings(data_dir=killed_dir).sidecar_path).query("SELECT count(*) AS n FROM chunks")
+            == Sidecar(Settings(data_dir=clean_dir).sidecar_path).query("SELECT count(*) AS n FROM chunks"))
