@@ -15,9 +15,9 @@ install: $(VENV)/.installed
 # so pip never pulls the CUDA build. torchvision must stay out: it breaks docling's import.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e ".[test]"
+	$(BIN)/pip install -qq --upgrade pip
+	$(BIN)/pip install -qq torch==2.13.0
+	$(BIN)/pip install -qq -e ".[test]"
 	@if $(BIN)/pip show --quiet torchvision 2>/dev/null; then echo "torchvision got installed; it breaks docling" >&2; exit 1; fi
 	@$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
@@ -39,6 +39,8 @@ dev: install
 
 bench: install
 	$(BIN)/python bench/bench_convert.py
+	$(BIN)/python bench/bench_embed.py
+	$(BIN)/python bench/bench_ingest.py
 
 clean:
 	rm -rf $(DATA_DIR)

@@ -76,6 +76,9 @@ def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, p
             vectors_cached=metadata_value(result, "embeddings", "vectors_cached"),
             points_upserted=metadata_value(result, "vector_index", "points_upserted"),
             points_deleted=metadata_value(result, "vector_index", "points_deleted"),
+            embed_seconds=metadata_value(result, "embeddings", "embed_seconds"),
+            stage_seconds={asset.key.to_user_string(): metadata_value(result, asset.key.to_user_string(), "seconds")
+                           for asset in INGEST_ASSETS},
         )
     else:
         sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
