@@ -24,7 +24,7 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.sources import Manifest
 from rag_pipeline.sync import StageReport, read_chunks, reconcile, stores
 
-EMBED_SLICE = 512  # texts per embedding call: bounds memory and drives the progress bar
+EMBED_SLICE = 256  # texts per embedding call: bounds memory and lost work on a crash, drives the progress bar
 UPSERT_BATCH = 1024
 
 
@@ -51,29 +51,46 @@ def sync_embeddings(
     chunk_store, vectors_store = all_stores["chunks"], all_stores["embeddings"]
     todo = reconcile(report, chunk_store.shas, vectors_store.shas, vectors_store)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
-    documents = [(shard, sha, read_chunks(settings, shard, sha)) for shard, sha in todo]
-    texts = [contextual_text(document_name(known.get(sha), sha), chunk)
-             for _, sha, pieces in documents for chunk in pieces]
-    vectors = np.zeros((len(texts), embedder.dimension), dtype=np.float32)
-    computed = cached = 0
-    embed_seconds = 0.0
-    with tqdm(total=len(texts), desc="embed", unit="chunk", disable=not progress or not texts) as bar:
-        for start in range(0, len(texts), EMBED_SLICE):
-            batch = texts[start:start + EMBED_SLICE]
-            vectors[start:start + len(batch)], stats = embed_texts(embedder, batch, cache)
-            computed, cached, embed_seconds = computed + stats.computed, cached + stats.cached, embed_seconds + stats.seconds
-            bar.update(len(batch))
-    offset = 0
-    for shard, sha, pieces in documents:
-        buffer = io.BytesIO()
-        np.save(buffer, vectors[offset:offset + len(pieces)])
-        vectors_store.write_bytes(shard, sha, "npy", buffer.getvalue())
-        offset += len(pieces)
-        report.added.append(sha)
-    report.chunks = len(texts)
+    totals = {"computed": 0, "cached": 0, "seconds": 0.0, "chunks": 0}
+    batch: list[tuple[str, str, int]] = []  # (shard, sha, chunk count) of the documents in `texts`
+    texts: list[str] = []
+
+    def embed_batch() -> None:
+        """Embed the pending texts and write the vectors of every document they complete."""
+        vectors, stats = embed_texts(embedder, texts, cache)
+        totals["computed"] += stats.computed
+        totals["cached"] += stats.cached
+        totals["seconds"] += stats.seconds
+        offset = 0
+        for shard, sha, count in batch:
+            buffer = io.BytesIO()
+            np.save(buffer, vectors[offset:offset + count].reshape(count, embedder.dimension))
+            vectors_store.write_bytes(shard, sha, "npy", buffer.getvalue())
+            report.added.append(sha)
+            offset += count
+        bar.update(len(texts))
+        batch.clear()
+        texts.clear()
+
+    expected = sum((known.get(sha) or {}).get("chunks") or 0 for _, sha in todo)
+    with tqdm(total=expected, desc="embed", unit="chunk", disable=not progress or not todo) as bar:
+        for shard, sha in todo:
+            pieces = read_chunks(settings, shard, sha)
+            name = document_name(known.get(sha), sha)
+            texts.extend(contextual_text(name, chunk) for chunk in pieces)
+            batch.append((shard, sha, len(pieces)))
+            totals["chunks"] += len(pieces)
+            if len(texts) >= EMBED_SLICE:
+                embed_batch()
+        if batch:
+            embed_batch()
+    report.chunks = totals["chunks"]
     report.seconds = time.perf_counter() - started
-    report.stats = {"vectors_computed": computed, "vectors_cached": cached, "embed_seconds": round(embed_seconds, 3),
-                    "chunks_per_second": round(len(texts) / report.seconds, 1) if report.seconds else 0.0}
+    report.stats = {
+        "vectors_computed": totals["computed"], "vectors_cached": totals["cached"],
+        "embed_seconds": round(totals["seconds"], 3),
+        "chunks_per_second": round(report.chunks / report.seconds, 1) if report.seconds else 0.0,
+    }
     return report
 
 
