@@ -120,7 +120,10 @@ class DocumentConverter:
 
 def _build_docling(pdf_pipeline: PdfPipeline) -> DoclingConverter:
     from docling.datamodel.base_models import InputFormat
-    from docling.datamodel.pipeline_options import NativePdfPipelineOptions, PdfPipelineOptions
+    from docling.datamodel.pipeline_options import (
+        NativePdfPipelineOptions,
+        PdfPipelineOptions,
+    )
     from docling.document_converter import DocumentConverter as DoclingConverter
     from docling.document_converter import NativePdfFormatOption, PdfFormatOption
 

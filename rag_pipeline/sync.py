@@ -9,6 +9,7 @@ Raw documents are the root of the chain: their input is the source manifest.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.redact import find_secrets, redact
 from rag_pipeline.settings import Settings
 from rag_pipeline.sources import Manifest, sha256_file
+
+HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 
 
 @dataclass
@@ -162,12 +165,17 @@ def sync_markdown(
         markdown.write_text(shard, sha, "md", converted.markdown)
         report.added.append(sha)
         rows.append({"sha": sha, "stage": "markdown", "converter": converted.converter,
-                     "pages": converted.page_count, "chars": len(converted.markdown),
-                     "title": converted.title, "convert_ms": elapsed_ms})
+                     "pages": converted.page_count, "chars": len(converted.markdown), "title": converted.title,
+                     "first_heading": first_heading(converted.markdown), "convert_ms": elapsed_ms})
     sidecar.upsert(rows)
     report.check_failures = unconverted(raw, markdown, report.shards)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def first_heading(markdown: str) -> str | None:
+    match = HEADING.search(markdown)
+    return match.group(1).strip() if match else None
 
 
 def unconverted(raw: ArtifactStore, markdown: ArtifactStore, shards: list[str]) -> list[str]:

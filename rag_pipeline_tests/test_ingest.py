@@ -12,9 +12,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rag_pipeline.defs.assets import INGEST_ASSETS
+from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.sensors import source_files_sensor
+from rag_pipeline.defs.sensors import corpus_summary_after_ingest, source_files_sensor
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.serve.ingest import IngestFailed, ingest
 from rag_pipeline.settings import Settings
@@ -77,6 +77,14 @@ def test_sample_corpus_ingests_every_type_and_reingest_does_nothing(corpus: Path
 
     config = next(row for row in rows.values() if row["paths"][0].endswith("configuration.md"))
     assert config["redactions"] >= 5
+    assert config["title"] == config["first_heading"] == "Configuring Nimbus" and config["ingested_at"]
+    sidecar = Sidecar(settings.sidecar_path)
+    kinds = {r["kind"]: r["count"] for r in sidecar.query("SELECT kind, count FROM redactions WHERE sha = ?",
+                                                          [config["sha"]])}
+    assert kinds["aws_access_key"] == 1 and kinds["password"] == 1 and kinds["jwt"] == 1
+    assert sidecar.query("SELECT count(*) AS n FROM chunks")[0]["n"] == summary["chunks"]
+    runs = sidecar.query("SELECT asset, added FROM runs WHERE run_id = ? ORDER BY asset", [summary["run_id"]])
+    assert {r["asset"]: r["added"] for r in runs}["raw_documents"] == 14 and len(runs) == 7
     texts = all_chunk_texts(settings)
     for secret in ["AKIAIOSFODNN7EXAMPLE", "Tr0ub4dor&3-staging", "xoxb-2048", "maria.keller@", "eyJhbGciOi"]:
         assert secret not in texts
@@ -218,6 +226,19 @@ def test_sensor_requests_one_run_for_affected_shards(tmp_path: Path, data_dir: P
         assert chunk_meta["added"].value == 1 and chunk_meta["purged"].value == 1
         table = chunk_meta["documents"].value
         assert {record.data["status"] for record in table.records} == {"ok", "purged"}
+
+        # A successful shard run requests the corpus summary refresh, which reads the sidecar.
+        context = dg.build_run_status_sensor_context(
+            sensor_name="corpus_summary_after_ingest", dagster_instance=instance,
+            dagster_run=result.dagster_run, dagster_event=result.get_run_success_event(),
+        )
+        assert corpus_summary_after_ingest(context).run_key == result.run_id
+        summary = dg.materialize([corpus_summary, *INGEST_ASSETS], selection=[corpus_summary],
+                                 resources={"rag": rag}, instance=instance)
+        metadata = summary.asset_materializations_for_node("corpus_summary")[0].metadata
+        assert metadata["documents"].value == 6 and metadata["failed"].value == 0
+        assert metadata["redactions_by_kind"].value["aws_access_key"] == 1
+        assert "| md | 4 |" in metadata["by_type"].value
 
 
 def test_cli_ingest_json(tmp_path: Path, data_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""Ingest assets, partitioned by content-SHA shard: raw_documents -> markdown_documents -> redacted_documents -> chunks.
+"""Ingest assets, partitioned by content-SHA shard: raw_documents -> markdown_documents -> redacted_documents
+-> chunks -> embeddings -> vector_index -> metadata_sidecar, then the unpartitioned corpus_summary.
 
 Each materialisation covers one shard or a range of shards in a single run and processes only what changed.
 """
@@ -8,15 +9,23 @@ from typing import Any
 import dagster as dg
 
 from rag_pipeline import sync
-from rag_pipeline.index import indexing
 from rag_pipeline.defs.partitions import SHARDS
 from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.index import indexing
 from rag_pipeline.sync import StageReport
 
 TABLE_LIMIT = 500
 TABLE_COLUMNS = {
-    "path": "string", "sha": "string", "shard": "string", "type": "string", "status": "string",
-    "pages": "int", "chars": "int", "chunks": "int", "redactions": "int", "error": "string",
+    "path": "string",
+    "sha": "string",
+    "shard": "string",
+    "type": "string",
+    "status": "string",
+    "pages": "int",
+    "chars": "int",
+    "chunks": "int",
+    "redactions": "int",
+    "error": "string",
 }
 SHARDED = {
     "partitions_def": SHARDS,
@@ -25,6 +34,7 @@ SHARDED = {
     "group_name": "ingest",
 }
 
+
 def documents_table(report: StageReport, rag: RagResource) -> dg.TableMetadataValue:
     """The documents this stage touched, with their current state from the sidecar."""
     touched = list(dict.fromkeys(report.added + report.moved + list(report.failed) + report.purged))
@@ -32,32 +42,38 @@ def documents_table(report: StageReport, rag: RagResource) -> dg.TableMetadataVa
     records = []
     for sha in touched[:TABLE_LIMIT]:
         row = stored.get(sha) or {}
-        records.append(dg.TableRecord({
-            "path": row["paths"][0] if row.get("paths") else report.purged_paths.get(sha),
-            "sha": sha[:12],
-            "shard": row.get("shard") or rag.settings.shard_of(sha),
-            "type": row.get("doc_type"),
-            "status": "purged" if sha in report.purged else row.get("status"),
-            "pages": row.get("pages"),
-            "chars": row.get("chars"),
-            "chunks": row.get("chunks"),
-            "redactions": row.get("redactions"),
-            "error": report.failed.get(sha) or row.get("error"),
-        }))
+        records.append(
+            dg.TableRecord(
+                {
+                    "path": row["paths"][0] if row.get("paths") else report.purged_paths.get(sha),
+                    "sha": sha[:12],
+                    "shard": row.get("shard") or rag.settings.shard_of(sha),
+                    "type": row.get("doc_type"),
+                    "status": "purged" if sha in report.purged else row.get("status"),
+                    "pages": row.get("pages"),
+                    "chars": row.get("chars"),
+                    "chunks": row.get("chunks"),
+                    "redactions": row.get("redactions"),
+                    "error": report.failed.get(sha) or row.get("error"),
+                }
+            )
+        )
     schema = dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in TABLE_COLUMNS.items()])
     return dg.MetadataValue.table(records, schema=schema)
 
+
 def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecutionContext) -> dict[str, Any]:
     """Counts, timings and the documents table of a stage; the same counts go to the sidecar's runs table."""
-    counts = {"added": len(report.added), "skipped": report.skipped, "purged": len(report.purged),
-              "failed": len(report.failed)}
-    rag.sidecar().record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds)
-    metadata: dict[str, Any] = {
-        "shards": ",".join(report.shards),
+    counts = {
         "added": len(report.added),
         "skipped": report.skipped,
         "purged": len(report.purged),
         "failed": len(report.failed),
+    }
+    rag.sidecar().record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds)
+    metadata: dict[str, Any] = {
+        "shards": ",".join(report.shards),
+        **counts,
         "seconds": round(report.seconds, 3),
         "docs_per_second": round(len(report.added) / report.seconds, 2) if report.seconds else 0.0,
         "documents": documents_table(report, rag),
@@ -67,17 +83,21 @@ def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecu
         metadata["failures"] = dg.MetadataValue.md("\n".join(f"- {error}" for error in report.failed.values()))
     return metadata
 
+
 def check_result(name: str, report: StageReport) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         check_name=name,
         passed=not report.check_failures,
-        metadata={"violations": len(report.check_failures),
-                  "details": dg.MetadataValue.md("\n".join(f"- {v}" for v in report.check_failures[:50]) or "none")},
+        metadata={
+            "violations": len(report.check_failures),
+            "details": dg.MetadataValue.md("\n".join(f"- {v}" for v in report.check_failures[:50]) or "none"),
+        },
     )
+
 
 @dg.asset(**SHARDED)
 def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
-    """Discover the roots, snapshot new documents' bytes, purge vanished SHAs from every stage."""
+    """Discover the roots, snapshot new documents' bytes, drop vanished SHAs, record current paths."""
     manifest = rag.manifest()
     sidecar = rag.sidecar()
     sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
@@ -89,6 +109,7 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
         metadata["refusals"] = dg.MetadataValue.md("\n".join(f"- `{e.path}`: {e.reason}" for e in manifest.errors))
     return dg.MaterializeResult(metadata=metadata)
 
+
 @dg.asset(
     **SHARDED,
     deps=[raw_documents],
@@ -96,12 +117,14 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
 )
 def markdown_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Convert new documents to Markdown with docling; failures are recorded per document."""
-    report = sync.sync_markdown(rag.settings, rag.converter(), context.partition_keys, rag.sidecar(),
-                                progress=rag.show_progress)
+    report = sync.sync_markdown(
+        rag.settings, rag.converter(), context.partition_keys, rag.sidecar(), progress=rag.show_progress
+    )
     return dg.MaterializeResult(
         metadata=stage_metadata(report, rag, context),
         check_results=[check_result("converted_documents_non_empty", report)],
     )
+
 
 @dg.asset(
     **SHARDED,
@@ -116,6 +139,7 @@ def redacted_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
         check_results=[check_result("no_secret_survives", report)],
     )
 
+
 @dg.asset(
     **SHARDED,
     deps=[redacted_documents],
@@ -129,12 +153,14 @@ def chunks(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materializ
     metadata["chunks_per_second"] = round(report.chunks / report.seconds, 1) if report.seconds else 0.0
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("chunk_sizes_within_limit", report)])
 
+
 @dg.asset(**SHARDED, deps=[chunks])
 def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Embed new chunks ("path > heading path" + text), batched across documents, through the embedding cache."""
     embedder = rag.embedder()
-    report = indexing.sync_embeddings(rag.settings, embedder, rag.embedding_cache(), context.partition_keys,
-                                      rag.sidecar(), progress=rag.show_progress)
+    report = indexing.sync_embeddings(
+        rag.settings, embedder, rag.embedding_cache(), context.partition_keys, rag.sidecar(), progress=rag.show_progress
+    )
     metadata = stage_metadata(report, rag, context)
     metadata.update(model=embedder.model_id, dimension=embedder.dimension, chunks_embedded=report.chunks)
     return dg.MaterializeResult(metadata=metadata)
@@ -151,8 +177,7 @@ def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mate
         report = indexing.sync_vector_index(rag.settings, store, context.partition_keys, rag.sidecar())
     metadata = stage_metadata(report, rag, context)
     metadata.update(collection=store.collection, moved=len(report.moved))
-    return dg.MaterializeResult(metadata=metadata,
-                                check_results=[check_result("points_match_sidecar_chunks", report)])
+    return dg.MaterializeResult(metadata=metadata, check_results=[check_result("points_match_sidecar_chunks", report)])
 
 
 @dg.asset(**SHARDED, deps=[vector_index])
@@ -173,18 +198,34 @@ def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
     failures = sidecar.query("SELECT paths[1] AS path, error FROM documents WHERE status = 'failed' ORDER BY path")
     refused = sidecar.source_errors()
     lines = ["| type | documents | failed | chunks | redactions |", "|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['doc_type']} | {r['documents']} | {r['failed']} | {r['chunks']} | {r['redactions']} |" for r in by_type]
-    return dg.MaterializeResult(metadata={
-        "documents": sum(r["documents"] for r in by_type),
-        "chunks": sum(r["chunks"] for r in by_type),
-        "failed": len(failures),
-        "refused_files": len(refused),
-        "by_type": dg.MetadataValue.md("\n".join(lines)),
-        "redactions_by_kind": dg.MetadataValue.json({r["kind"]: r["count"] for r in redactions}),
-        "failures": dg.MetadataValue.md("\n".join(f"- `{f['path']}`: {f['error']}" for f in failures + [
-            {"path": r["path"], "error": r["reason"]} for r in refused]) or "none"),
-    })
+    lines += [
+        f"| {r['doc_type']} | {r['documents']} | {r['failed']} | {r['chunks']} | {r['redactions']} |" for r in by_type
+    ]
+    return dg.MaterializeResult(
+        metadata={
+            "documents": sum(r["documents"] for r in by_type),
+            "chunks": sum(r["chunks"] for r in by_type),
+            "failed": len(failures),
+            "refused_files": len(refused),
+            "by_type": dg.MetadataValue.md("\n".join(lines)),
+            "redactions_by_kind": dg.MetadataValue.json({r["kind"]: r["count"] for r in redactions}),
+            "failures": dg.MetadataValue.md(
+                "\n".join(
+                    f"- `{f['path']}`: {f['error']}"
+                    for f in failures + [{"path": r["path"], "error": r["reason"]} for r in refused]
+                )
+                or "none"
+            ),
+        }
+    )
 
 
-INGEST_ASSETS = [raw_documents, markdown_documents, redacted_documents, chunks, embeddings, vector_index,
-                 metadata_sidecar]
+INGEST_ASSETS = [
+    raw_documents,
+    markdown_documents,
+    redacted_documents,
+    chunks,
+    embeddings,
+    vector_index,
+    metadata_sidecar,
+]

@@ -8,17 +8,22 @@ import dagster as dg
 from rag_pipeline.defs.jobs import corpus_summary_job, ingest_job
 from rag_pipeline.defs.partitions import shard_run_tags
 from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.index.indexing import pending_shards
+from rag_pipeline.index.vector_store import VectorStoreLocked
 from rag_pipeline.settings import Settings
 from rag_pipeline.sources import Manifest
-from rag_pipeline.index.indexing import pending_shards
+
 
 def shard_digests(settings: Settings, manifest: Manifest) -> dict[str, str]:
     """shard -> digest of its (sha, path) pairs: any add, edit, move, copy or delete changes it."""
     lines: dict[str, list[str]] = {}
     for source in manifest.files:
         lines.setdefault(settings.shard_of(source.sha256), []).append(f"{source.sha256}\t{source.path}")
-    return {shard: hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
-            for shard, entries in sorted(lines.items())}
+    return {
+        shard: hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
+        for shard, entries in sorted(lines.items())
+    }
+
 
 @dg.sensor(job=ingest_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -> dg.SensorResult | dg.SkipReason:
@@ -32,8 +37,11 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
     manifest = rag.manifest()
     digests = shard_digests(settings, manifest)
     if context.cursor is None:
-        with rag.vector_store() as store:
-            affected = pending_shards(settings, manifest, rag.sidecar(), store)
+        try:
+            with rag.vector_store() as store:
+                affected = pending_shards(settings, manifest, rag.sidecar(), store)
+        except VectorStoreLocked as exc:  # a run holds the embedded store: compare on a later tick
+            return dg.SkipReason(f"waiting for the vector store: {exc}")
     else:
         previous = json.loads(context.cursor)
         affected = [shard for shard in settings.shard_keys if digests.get(shard) != previous.get(shard)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import time
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 from tqdm import tqdm
@@ -123,7 +123,7 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     started = time.perf_counter()
     report = StageReport("vector_index", sorted(shards))
     vectors_store = stores(settings)["embeddings"]
-    ingested_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
     pending: list[IndexPoint] = []
     upserted = deleted = 0
     for shard in report.shards:
@@ -213,7 +213,8 @@ def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) 
         replaced += vanished
     replaced += report.added
     sidecar.replace_catalogue(replaced, chunk_rows, redaction_rows)
-    sidecar.upsert([{"sha": sha, "chunk_set": chunk_set} for sha in report.added])
+    finished = datetime.now(UTC).replace(tzinfo=None)
+    sidecar.upsert([{"sha": sha, "chunk_set": chunk_set, "ingested_at": finished} for sha in report.added])
     report.chunks = len(chunk_rows)
     report.seconds = time.perf_counter() - started
     return report

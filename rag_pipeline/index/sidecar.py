@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ DOCUMENT_COLUMNS: dict[str, str] = {
     "pages": "INTEGER",
     "chars": "INTEGER",
     "title": "VARCHAR",
+    "first_heading": "VARCHAR",
     "redactions": "INTEGER",
     "chunks": "INTEGER",
     "chunk_set": "VARCHAR",  # chunking id of this document's rows in the chunks table
@@ -37,6 +38,7 @@ DOCUMENT_COLUMNS: dict[str, str] = {
     "redact_ms": "DOUBLE",
     "chunk_ms": "DOUBLE",
     "first_seen_at": "TIMESTAMP",
+    "ingested_at": "TIMESTAMP",  # when its chunks were last catalogued (the end of its ingest)
     "updated_at": "TIMESTAMP",
 }
 
@@ -63,7 +65,7 @@ def records(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Sidecar:
