@@ -292,3 +292,68 @@ def test_edge_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
         holder.communicate("\n", timeout=60)
     assert holder.returncode == 0
     open_store("edge", tmp_path).close()  # the lock is released when the holder exits
+
+
+def test_search_filters_prefix_heading_lists_and_unknown_keys(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    store.set_paths("sha2", ["/archive/2023/report.md", "/docs/reports/report.md"])
+    dense = points[0].dense
+    # path_prefix matches any of a point's paths, character-wise.
+    assert {hit.payload["sha"] for hit in store.search_dense(dense, 20, {"path_prefix": "/docs/sha"})} == {
+        "sha0", "sha1", "sha3"
+    }
+    assert {hit.payload["sha"] for hit in store.search_dense(dense, 20, {"path_prefix": "/archive/20"})} == {"sha2"}
+    assert {hit.payload["sha"] for hit in store.search_dense(dense, 20, {"path_prefix": "/docs/rep"})} == {"sha2"}
+    assert store.search_dense(dense, 20, {"path_prefix": "/archive/2024"}) == []
+    assert store.search_sparse(encode_query("pump"), 20, {"path_prefix": "docs/"}) == []  # anchored at the start
+    # A list of values matches any of them; every key must hold.
+    assert len(store.search_dense(dense, 20, {"sha": ["sha0", "sha3"]})) == 6
+    assert len(store.search_dense(dense, 20, {"sha": ["sha0", "sha3"], "doc_type": "pdf"})) == 3
+    assert len(store.search_dense(dense, 20, {"heading_path": "Intro", "shard": "s1"})) == 6
+    assert store.search_dense(dense, 20, {"heading_path": "Intr"}) == []
+    for bad in ({"text": "pump"}, {"path_prefix": ["/a", "/b"]}, {"sha": []}, {"sha": 3}):
+        with pytest.raises(ValueError) as error:
+            store.search_hybrid(dense, encode_query("pump"), filters=bad)  # type: ignore[arg-type]
+        assert "path_prefix" in str(error.value) or "filter" in str(error.value)
+    with pytest.raises(ValueError, match="allowed: path, paths, sha, shard, doc_type, heading_path, path_prefix"):
+        store.search_sparse(encode_query("pump"), filters={"author": "x"})
+
+
+def test_search_with_vectors(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    sparse = encode_query("pump")
+    for hits in (
+        store.search_dense(points[2].dense, 3, with_vectors=True),
+        store.search_sparse(sparse, 3, with_vectors=True),
+        store.search_hybrid(points[2].dense, sparse, 3, with_vectors=True),
+    ):
+        by_id = {point.id: point for point in points}
+        for hit in hits:
+            assert hit.vector == pytest.approx(by_id[hit.id].dense, abs=1e-6)
+    assert all(hit.vector is None for hit in store.search_dense(points[2].dense, 3))
+
+
+def test_search_hybrid_fusion_options(store: VectorStore, points: list[IndexPoint]) -> None:
+    """RRF k and leg weights, and DBSF, computed inside Qdrant exactly as rag_pipeline.retrieve.fusion does."""
+    from rag_pipeline.retrieve import fusion
+
+    store.upsert(points)
+    dense, sparse = points[4].dense, encode_query("finance portal power gasket")  # distinct BM25 scores
+    legs = [store.search_dense(dense, 12), store.search_sparse(sparse, 12)]
+    cases = [
+        ({}, fusion.rrf(legs, k=60)),
+        ({"rrf_k": 2}, fusion.rrf(legs, k=2)),
+        ({"weights": (3.0, 1.0)}, fusion.rrf(legs, k=60, weights=[3.0, 1.0])),
+        ({"rrf_k": 10, "weights": (1.0, 0.5)}, fusion.rrf(legs, k=10, weights=[1.0, 0.5])),
+        ({"fusion": "dbsf"}, fusion.dbsf(legs)),
+    ]
+    for options, expected in cases:
+        hits = store.search_hybrid(dense, sparse, top_k=12, prefetch=12, **options)
+        assert [hit.score for hit in hits] == pytest.approx([hit.score for hit in expected], rel=1e-5), options
+        assert [hit.id for hit in hits][:3] == [hit.id for hit in expected][:3], options
+    with pytest.raises(ValueError, match="unknown fusion"):
+        store.search_hybrid(dense, sparse, fusion="max")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="RRF fusion only"):
+        store.search_hybrid(dense, sparse, fusion="dbsf", weights=(1.0, 2.0))
+    with pytest.raises(ValueError, match="rrf_k"):
+        store.search_hybrid(dense, sparse, rrf_k=0)

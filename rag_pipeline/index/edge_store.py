@@ -11,7 +11,7 @@ import fcntl
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +21,25 @@ from rag_pipeline.index.vector_store import (
     BATCH_SIZE,
     DENSE,
     KEYWORD_FIELDS,
+    PREFIX_FIELD,
     SPARSE,
     TEXT_FIELD,
+    Condition,
+    Filters,
+    FusionMethod,
     Hit,
     HnswSettings,
     IndexPoint,
     SparseVector,
     VectorStore,
     VectorStoreLocked,
+    check_fusion,
+    parse_filters,
+    qdrant_rrf_k,
 )
 
 FULL_SCAN_THRESHOLD_KB = 10_000  # Qdrant's default: below this size a segment is searched exactly
 SCROLL_PAGE = 1_000
-RRF_K = 2  # the RRF constant a Qdrant server uses for Fusion.RRF, so both backends fuse alike
 
 _open_stores: dict[Path, EdgeStore] = {}
 _registry_lock = threading.Lock()
@@ -103,24 +109,33 @@ class EdgeStore(VectorStore):
         return self._shard.count(qe.CountRequest(exact=True, filter=_filter(conditions)))
 
     def search_dense(
-        self, vector: Sequence[float], top_k: int = 10, filters: Mapping[str, str] | None = None
+        self, vector: Sequence[float], top_k: int = 10, filters: Filters | None = None, *, with_vectors: bool = False
     ) -> list[Hit]:
         query = qe.Query.Nearest(list(vector), using=DENSE)
-        return self._query(top_k, query=query, filter=_filter(filters), params=self._search_params)
+        return self._query(
+            top_k, with_vectors, query=query, filter=_filter(filters), params=self._search_params
+        )
 
     def search_sparse(
-        self, vector: SparseVector, top_k: int = 10, filters: Mapping[str, str] | None = None
+        self, vector: SparseVector, top_k: int = 10, filters: Filters | None = None, *, with_vectors: bool = False
     ) -> list[Hit]:
-        return self._query(top_k, query=qe.Query.Nearest(_sparse(vector), using=SPARSE), filter=_filter(filters))
+        query = qe.Query.Nearest(_sparse(vector), using=SPARSE)
+        return self._query(top_k, with_vectors, query=query, filter=_filter(filters))
 
     def search_hybrid(
         self,
         dense: Sequence[float],
         sparse: SparseVector,
         top_k: int = 10,
-        filters: Mapping[str, str] | None = None,
+        filters: Filters | None = None,
         prefetch: int = 50,
+        fusion: FusionMethod = "rrf",
+        rrf_k: int = 60,
+        weights: tuple[float, float] | None = None,
+        *,
+        with_vectors: bool = False,
     ) -> list[Hit]:
+        leg_weights = check_fusion(fusion, rrf_k, weights)
         condition = _filter(filters)
         prefetches = [
             qe.Prefetch(
@@ -131,7 +146,8 @@ class EdgeStore(VectorStore):
             ),
             qe.Prefetch(prefetch, query=qe.Query.Nearest(_sparse(sparse), using=SPARSE), filter=condition),
         ]
-        return self._query(top_k, query=qe.Fusion.Rrf(k=RRF_K), prefetches=prefetches)
+        query = qe.Fusion.Rrf(k=qdrant_rrf_k(rrf_k), weights=leg_weights) if fusion == "rrf" else qe.Fusion.Dbsf()
+        return self._query(top_k, with_vectors, query=query, prefetches=prefetches)
 
     def optimize(self) -> None:
         """Run the segment optimizers (merging, HNSW building, vacuum), which qdrant-edge never runs by itself."""
@@ -146,9 +162,13 @@ class EdgeStore(VectorStore):
             self._shard.close()
             os.close(self._lock_fd)
 
-    def _query(self, limit: int, **request: Any) -> list[Hit]:
-        points = self._shard.query(qe.QueryRequest(limit, with_payload=True, **request))
-        return [Hit(str(point.id), point.score, point.payload or {}) for point in points]
+    def _query(self, limit: int, with_vectors: bool, **request: Any) -> list[Hit]:
+        with_vector = [DENSE] if with_vectors else False
+        points = self._shard.query(qe.QueryRequest(limit, with_payload=True, with_vector=with_vector, **request))
+        return [
+            Hit(str(point.id), point.score, point.payload or {}, _dense(point.vector) if with_vectors else None)
+            for point in points
+        ]
 
 
 def _lock(path: Path) -> int:
@@ -179,19 +199,50 @@ def _open_shard(path: Path, dimension: int, hnsw: HnswSettings) -> qe.EdgeShard:
         ),
     )
     if path.is_dir() and any(path.iterdir()):
-        return qe.EdgeShard.load(str(path), config)
+        shard = qe.EdgeShard.load(str(path), config)
+        _add_missing_indexes(shard)  # shards created before an index was added to the layout
+        return shard
     shard = qe.EdgeShard.create(str(path), config)
     for field in KEYWORD_FIELDS:
         shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
+    shard.update(qe.UpdateOperation.create_field_index(PREFIX_FIELD, qe.KeywordIndexParams(prefix=True)))
     text_index = qe.TextIndexParams(tokenizer=qe.TokenizerType.Word, lowercase=True)
     shard.update(qe.UpdateOperation.create_field_index(TEXT_FIELD, text_index))
     return shard
 
 
-def _filter(conditions: Mapping[str, str] | None) -> qe.Filter | None:
+def _add_missing_indexes(shard: qe.EdgeShard) -> None:
+    """Create the keyword indexes and the prefix index on paths that an existing shard lacks (filters work without
+    them, by reading payloads, but slower)."""
+    schema = shard.info().payload_schema
+    for field in KEYWORD_FIELDS:
+        if field not in schema:
+            shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
+    prefix_index = schema.get(PREFIX_FIELD)
+    if prefix_index is None or prefix_index.params is None or not getattr(prefix_index.params, "prefix", False):
+        shard.update(qe.UpdateOperation.create_field_index(PREFIX_FIELD, qe.KeywordIndexParams(prefix=True)))
+
+
+def _filter(filters: Filters | None) -> qe.Filter | None:
+    conditions = parse_filters(filters)
     if not conditions:
         return None
-    return qe.Filter(must=[qe.FieldCondition(key, match=qe.MatchValue(value)) for key, value in conditions.items()])
+    return qe.Filter(must=[qe.FieldCondition(condition.key, match=_match(condition)) for condition in conditions])
+
+
+def _match(condition: Condition) -> qe.MatchValue | qe.MatchAny | qe.MatchPrefix:
+    if condition.kind == "prefix":
+        return qe.MatchPrefix(condition.values[0])
+    if condition.kind == "any":
+        return qe.MatchAny(list(condition.values))
+    return qe.MatchValue(condition.values[0])
+
+
+def _dense(vector: Any) -> tuple[float, ...] | None:
+    """The dense vector of a point's named vectors."""
+    if isinstance(vector, dict):
+        vector = vector.get(DENSE)
+    return tuple(float(value) for value in vector) if vector is not None else None
 
 
 def _sparse(vector: SparseVector) -> qe.SparseVector:

@@ -6,7 +6,7 @@ qdrant-client's `:memory:` location runs the same API in-process, which is how t
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from qdrant_client import QdrantClient, models
@@ -15,13 +15,20 @@ from rag_pipeline.index.vector_store import (
     BATCH_SIZE,
     DENSE,
     KEYWORD_FIELDS,
+    PREFIX_FIELD,
     SPARSE,
     TEXT_FIELD,
+    Condition,
+    Filters,
+    FusionMethod,
     Hit,
     HnswSettings,
     IndexPoint,
     SparseVector,
     VectorStore,
+    check_fusion,
+    parse_filters,
+    qdrant_rrf_k,
 )
 
 TIMEOUT_SECONDS = 60
@@ -53,6 +60,8 @@ class ServerStore(VectorStore):
         self._search_params = models.SearchParams(hnsw_ef=hnsw.ef)
         if not client.collection_exists(collection):
             self._create(hnsw)
+        else:
+            self._add_missing_indexes()
 
     def _create(self, hnsw: HnswSettings) -> None:
         self.client.create_collection(
@@ -68,10 +77,26 @@ class ServerStore(VectorStore):
         )
         for field in KEYWORD_FIELDS:
             self.client.create_payload_index(self.collection, field, models.PayloadSchemaType.KEYWORD)
+        prefix_index = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, prefix=True)
+        self.client.create_payload_index(self.collection, PREFIX_FIELD, prefix_index)
         text_index = models.TextIndexParams(
             type=models.TextIndexType.TEXT, tokenizer=models.TokenizerType.WORD, lowercase=True
         )
         self.client.create_payload_index(self.collection, TEXT_FIELD, text_index)
+
+    def _add_missing_indexes(self) -> None:
+        """Create the keyword indexes and the prefix index on paths that an existing collection lacks (filters work
+        without them, but slower)."""
+        if type(getattr(self.client, "_client", None)).__name__ == "QdrantLocal":
+            return  # the in-process mode keeps no payload indexes
+        schema = self.client.get_collection(self.collection).payload_schema or {}
+        for field in KEYWORD_FIELDS:
+            if field not in schema:
+                self.client.create_payload_index(self.collection, field, models.PayloadSchemaType.KEYWORD)
+        prefix_index = schema.get(PREFIX_FIELD)
+        if prefix_index is None or not getattr(prefix_index.params, "prefix", False):
+            params = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, prefix=True)
+            self.client.create_payload_index(self.collection, PREFIX_FIELD, params)
 
     def upsert(self, points: Sequence[IndexPoint]) -> None:
         for start in range(0, len(points), BATCH_SIZE):
@@ -114,25 +139,32 @@ class ServerStore(VectorStore):
         return self.client.count(self.collection, count_filter=_filter(conditions), exact=True).count
 
     def search_dense(
-        self, vector: Sequence[float], top_k: int = 10, filters: Mapping[str, str] | None = None
+        self, vector: Sequence[float], top_k: int = 10, filters: Filters | None = None, *, with_vectors: bool = False
     ) -> list[Hit]:
         return self._query(
-            top_k, query=list(vector), using=DENSE, query_filter=_filter(filters), search_params=self._search_params
+            top_k, with_vectors, query=list(vector), using=DENSE, query_filter=_filter(filters),
+            search_params=self._search_params,
         )
 
     def search_sparse(
-        self, vector: SparseVector, top_k: int = 10, filters: Mapping[str, str] | None = None
+        self, vector: SparseVector, top_k: int = 10, filters: Filters | None = None, *, with_vectors: bool = False
     ) -> list[Hit]:
-        return self._query(top_k, query=_sparse(vector), using=SPARSE, query_filter=_filter(filters))
+        return self._query(top_k, with_vectors, query=_sparse(vector), using=SPARSE, query_filter=_filter(filters))
 
     def search_hybrid(
         self,
         dense: Sequence[float],
         sparse: SparseVector,
         top_k: int = 10,
-        filters: Mapping[str, str] | None = None,
+        filters: Filters | None = None,
         prefetch: int = 50,
+        fusion: FusionMethod = "rrf",
+        rrf_k: int = 60,
+        weights: tuple[float, float] | None = None,
+        *,
+        with_vectors: bool = False,
     ) -> list[Hit]:
+        leg_weights = check_fusion(fusion, rrf_k, weights)
         condition = _filter(filters)
         prefetches = [
             models.Prefetch(
@@ -140,7 +172,12 @@ class ServerStore(VectorStore):
             ),
             models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch, filter=condition),
         ]
-        return self._query(top_k, query=models.FusionQuery(fusion=models.Fusion.RRF), prefetch=prefetches)
+        query: models.RrfQuery | models.FusionQuery
+        if fusion == "rrf":
+            query = models.RrfQuery(rrf=models.Rrf(k=qdrant_rrf_k(rrf_k), weights=leg_weights))
+        else:
+            query = models.FusionQuery(fusion=models.Fusion.DBSF)
+        return self._query(top_k, with_vectors, query=query, prefetch=prefetches)
 
     def optimize(self) -> None:
         """Nothing to do: the server runs its optimizers by itself."""
@@ -149,17 +186,39 @@ class ServerStore(VectorStore):
         if self.owns_client:
             self.client.close()
 
-    def _query(self, limit: int, **request: Any) -> list[Hit]:
-        response = self.client.query_points(self.collection, limit=limit, with_payload=True, **request)
-        return [Hit(str(point.id), point.score, point.payload or {}) for point in response.points]
+    def _query(self, limit: int, with_vectors: bool, **request: Any) -> list[Hit]:
+        response = self.client.query_points(
+            self.collection, limit=limit, with_payload=True, with_vectors=[DENSE] if with_vectors else False,
+            **request,
+        )
+        return [
+            Hit(str(point.id), point.score, point.payload or {}, _dense(point.vector) if with_vectors else None)
+            for point in response.points
+        ]
 
 
-def _filter(conditions: Mapping[str, str] | None) -> models.Filter | None:
+def _filter(filters: Filters | None) -> models.Filter | None:
+    conditions = parse_filters(filters)
     if not conditions:
         return None
     return models.Filter(
-        must=[models.FieldCondition(key=key, match=models.MatchValue(value=value)) for key, value in conditions.items()]
+        must=[models.FieldCondition(key=condition.key, match=_match(condition)) for condition in conditions]
     )
+
+
+def _match(condition: Condition) -> models.MatchValue | models.MatchAny | models.MatchPrefix:
+    if condition.kind == "prefix":
+        return models.MatchPrefix(prefix=condition.values[0])
+    if condition.kind == "any":
+        return models.MatchAny(any=list(condition.values))
+    return models.MatchValue(value=condition.values[0])
+
+
+def _dense(vector: Any) -> tuple[float, ...] | None:
+    """The dense vector of a point's named vectors."""
+    if isinstance(vector, dict):
+        vector = vector.get(DENSE)
+    return tuple(float(value) for value in vector) if vector is not None else None
 
 
 def _sparse(vector: SparseVector) -> models.SparseVector:

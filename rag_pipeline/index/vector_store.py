@@ -10,13 +10,18 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 DENSE = "dense"
 SPARSE = "bm25"
-KEYWORD_FIELDS = ("path", "paths", "sha", "shard", "doc_type")
+KEYWORD_FIELDS = ("path", "sha", "shard", "doc_type", "heading_path")  # keyword payload indexes
+PREFIX_FIELD = "paths"  # keyword index with prefix matching: serves exact `paths` and `path_prefix` filters
+# Filter keys: exact match (a value, or any of a list of values) on a payload field, and `path_prefix`, which
+# matches a point when any of its paths starts with the given string (character-wise, case-sensitive).
+FILTER_KEYS = ("path", "paths", "sha", "shard", "doc_type", "heading_path", "path_prefix")
+PATH_PREFIX = "path_prefix"
 TEXT_FIELD = "text"
 BATCH_SIZE = 256
 
@@ -42,6 +47,59 @@ class Hit:
     id: str
     score: float
     payload: dict[str, Any]
+    vector: tuple[float, ...] | None = field(default=None, repr=False)  # the dense vector, when asked for
+
+
+FilterValue = str | Sequence[str]
+Filters = Mapping[str, FilterValue]
+FusionMethod = Literal["rrf", "dbsf"]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One validated filter condition: `kind` is "value" (one exact value), "any" (any of values) or "prefix"."""
+
+    key: str
+    kind: Literal["value", "any", "prefix"]
+    values: tuple[str, ...]
+
+
+def parse_filters(filters: Filters | None) -> list[Condition]:
+    """The conditions of `filters` (all must hold); ValueError for an unknown key or an unusable value."""
+    conditions = []
+    for key, value in (filters or {}).items():
+        if key not in FILTER_KEYS:
+            raise ValueError(f"unknown filter field {key!r}; allowed: {', '.join(FILTER_KEYS)}")
+        values = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
+        if not values or not all(isinstance(item, str) for item in values):
+            raise ValueError(f"filter {key!r} needs a string or a non-empty list of strings, got {value!r}")
+        if key == PATH_PREFIX:
+            if len(values) != 1:
+                raise ValueError(f"filter {key!r} takes one prefix, got {value!r}")
+            conditions.append(Condition(PREFIX_FIELD, "prefix", values))
+        else:
+            conditions.append(Condition(key, "value" if len(values) == 1 else "any", values))
+    return conditions
+
+
+def qdrant_rrf_k(rrf_k: int) -> int:
+    """Qdrant's RRF constant for our (the paper's) k: Qdrant scores rank r with 1 / (k + r - 1)."""
+    return rrf_k + 1
+
+
+def check_fusion(fusion: str, rrf_k: int, weights: Sequence[float] | None) -> list[float] | None:
+    """Validate hybrid fusion parameters; the leg weights (dense, sparse) as a list, or None."""
+    if fusion not in ("rrf", "dbsf"):
+        raise ValueError(f"unknown fusion {fusion!r}; allowed: rrf, dbsf")
+    if fusion == "rrf" and (not isinstance(rrf_k, int) or rrf_k < 1):
+        raise ValueError(f"rrf_k must be a positive integer, got {rrf_k!r}")
+    if weights is None:
+        return None
+    if fusion != "rrf":
+        raise ValueError("leg weights apply to RRF fusion only (Qdrant's DBSF takes no weights)")
+    if len(weights) != 2 or any(weight <= 0 for weight in weights):
+        raise ValueError(f"weights must be two positive numbers (dense, sparse), got {weights!r}")
+    return [float(weight) for weight in weights]
 
 
 @dataclass(frozen=True)
@@ -62,7 +120,11 @@ def collection_name(model_id: str, dimension: int) -> str:
 
 
 class VectorStore(ABC):
-    """Chunks of one collection. `filters` are exact keyword matches on payload keys (any element of a list)."""
+    """Chunks of one collection.
+
+    `filters` (see FILTER_KEYS and parse_filters) apply inside every search leg. `with_vectors` fills Hit.vector
+    with the point's dense vector.
+    """
 
     collection: str
     dimension: int
@@ -93,13 +155,13 @@ class VectorStore(ABC):
 
     @abstractmethod
     def search_dense(
-        self, vector: Sequence[float], top_k: int = 10, filters: Mapping[str, str] | None = None
+        self, vector: Sequence[float], top_k: int = 10, filters: Filters | None = None, *, with_vectors: bool = False
     ) -> list[Hit]:
         """Nearest points by cosine similarity of the dense vector."""
 
     @abstractmethod
     def search_sparse(
-        self, vector: SparseVector, top_k: int = 10, filters: Mapping[str, str] | None = None
+        self, vector: SparseVector, top_k: int = 10, filters: Filters | None = None, *, with_vectors: bool = False
     ) -> list[Hit]:
         """Best points by BM25 (query weights times the IDF Qdrant computes)."""
 
@@ -109,10 +171,22 @@ class VectorStore(ABC):
         dense: Sequence[float],
         sparse: SparseVector,
         top_k: int = 10,
-        filters: Mapping[str, str] | None = None,
+        filters: Filters | None = None,
         prefetch: int = 50,
+        fusion: FusionMethod = "rrf",
+        rrf_k: int = 60,
+        weights: tuple[float, float] | None = None,
+        *,
+        with_vectors: bool = False,
     ) -> list[Hit]:
-        """Reciprocal rank fusion of the best `prefetch` dense and sparse results."""
+        """One query: the best `prefetch` dense and the best `prefetch` sparse points (both legs filtered), fused
+        inside Qdrant.
+
+        rrf: score = sum over legs of 1 / (rrf_k + rank / weight), rank 1-based: with weight 1 the RRF of the
+        original paper (Cormack et al., k=60). Qdrant's own constant is one more (its formula is
+        1 / (rank / weight + k - 1)), so the backends send k = rrf_k + 1. dbsf: each leg's scores normalised by
+        mean ± 3 sample standard deviations, then summed. `weights` (dense, sparse) apply to rrf only.
+        """
 
     @abstractmethod
     def optimize(self) -> None:
