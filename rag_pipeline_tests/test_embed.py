@@ -269,3 +269,15 @@ def test_ollama_server_down() -> None:
 def test_build_embedder_ollama_needs_url() -> None:
     with pytest.raises(EmbedderUnavailable, match="URL"):
         build_embedder(backend="ollama")
+
+
+def test_declared_dimension_matches_the_loaded_model(tmp_path: Path) -> None:
+    from rag_pipeline.embed import declared_dimension
+
+    assert declared_dimension() == 384
+    dense = tmp_path / "with-dense"
+    dense.mkdir()
+    (dense / "modules.json").write_text('[{"idx": 0, "name": "0", "path": "2_Dense", '
+                                        '"type": "sentence_transformers.models.Dense"}]')
+    assert declared_dimension(str(dense)) is None  # a Dense layer may change it: load the model to know
+    assert declared_dimension(str(tmp_path / "missing")) is None

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.convert import DocumentConverter
-from rag_pipeline.embed import Embedder, EmbeddingCache, build_embedder
+from rag_pipeline.embed import Embedder, EmbeddingCache, build_embedder, declared_dimension
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import HnswSettings, VectorStore, open_vector_store
 from rag_pipeline.settings import Settings
@@ -55,6 +55,15 @@ class RagResource(dg.ConfigurableResource):
         return shared_embedder(settings.embedding_backend, settings.embedding_model_path, settings.ollama_url,
                                settings.ollama_embed_model, settings.embedding_batch_size)
 
+    def embedding_dimension(self) -> int:
+        """The model's dimension (it names the collection), read from the model files when they declare it,
+        so opening the store for a status check does not load the model."""
+        settings = self.settings
+        declared = None
+        if settings.embedding_backend == "sentence_transformers":
+            declared = declared_dimension(settings.embedding_model_path)
+        return declared or self.embedder().dimension
+
     def embedding_cache(self) -> EmbeddingCache:
         return EmbeddingCache(self.settings.embedding_cache_path)
 
@@ -66,7 +75,7 @@ class RagResource(dg.ConfigurableResource):
         """
         settings = self.settings
         store = open_vector_store(
-            data_dir=settings.data_dir, model_id=settings.embedding_model_id, dimension=self.embedder().dimension,
+            data_dir=settings.data_dir, model_id=settings.embedding_model_id, dimension=self.embedding_dimension(),
             qdrant_url=settings.qdrant_url, qdrant_api_key=settings.qdrant_api_key,
             hnsw=HnswSettings(m=settings.hnsw_m, ef_construct=settings.hnsw_ef_construct, ef=settings.hnsw_ef),
         )
