@@ -12,6 +12,8 @@ from rag_pipeline import sync
 from rag_pipeline.defs.partitions import SHARDS
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.index import indexing
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.settings import Settings
 from rag_pipeline.sync import StageReport
 
 TABLE_LIMIT = 500
@@ -35,10 +37,10 @@ SHARDED = {
 }
 
 
-def documents_table(report: StageReport, rag: RagResource) -> dg.TableMetadataValue:
+def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -> dg.TableMetadataValue:
     """The documents this stage touched, with their current state from the sidecar."""
     touched = list(dict.fromkeys(report.added + report.moved + list(report.failed) + report.purged))
-    stored = rag.sidecar().documents_by_sha(touched[:TABLE_LIMIT])
+    stored = sidecar.documents_by_sha(touched[:TABLE_LIMIT])
     records = []
     for sha in touched[:TABLE_LIMIT]:
         row = stored.get(sha) or {}
@@ -47,7 +49,7 @@ def documents_table(report: StageReport, rag: RagResource) -> dg.TableMetadataVa
                 {
                     "path": row["paths"][0] if row.get("paths") else report.purged_paths.get(sha),
                     "sha": sha[:12],
-                    "shard": row.get("shard") or rag.settings.shard_of(sha),
+                    "shard": row.get("shard") or settings.shard_of(sha),
                     "type": row.get("doc_type"),
                     "status": "purged" if sha in report.purged else row.get("status"),
                     "pages": row.get("pages"),
@@ -70,13 +72,14 @@ def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecu
         "purged": len(report.purged),
         "failed": len(report.failed),
     }
-    rag.sidecar().record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds)
+    sidecar = rag.sidecar()
+    sidecar.record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds)
     metadata: dict[str, Any] = {
         "shards": ",".join(report.shards),
         **counts,
         "seconds": round(report.seconds, 3),
         "docs_per_second": round(len(report.added) / report.seconds, 2) if report.seconds else 0.0,
-        "documents": documents_table(report, rag),
+        "documents": documents_table(report, rag.settings, sidecar),
         **report.stats,
     }
     if report.failed:

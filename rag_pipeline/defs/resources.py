@@ -11,7 +11,12 @@ from pathlib import Path
 import dagster as dg
 
 from rag_pipeline.convert import DocumentConverter
-from rag_pipeline.embed import Embedder, EmbeddingCache, build_embedder, declared_dimension
+from rag_pipeline.embed import (
+    Embedder,
+    EmbeddingCache,
+    build_embedder,
+    declared_dimension,
+)
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import HnswSettings, VectorStore, open_vector_store
 from rag_pipeline.settings import Settings

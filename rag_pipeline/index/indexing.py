@@ -22,7 +22,7 @@ from rag_pipeline.index.sparse import encode_document
 from rag_pipeline.index.vector_store import IndexPoint, VectorStore
 from rag_pipeline.settings import Settings
 from rag_pipeline.sources import Manifest
-from rag_pipeline.sync import StageReport, read_chunks, reconcile, stores
+from rag_pipeline.sync import StageReport, describe, read_chunks, reconcile, stores
 
 EMBED_SLICE = 256  # texts per embedding call: bounds memory and lost work on a crash, drives the progress bar
 UPSERT_BATCH = 1024
@@ -35,9 +35,8 @@ def contextual_text(document_name: str, chunk: Chunk) -> str:
 
 
 def document_name(row: dict | None, sha: str) -> str:
-    if row and row.get("rel_path"):
-        return row["rel_path"]
-    return row["paths"][0] if row and row.get("paths") else sha
+    """The document's path relative to its root, for the embedded context line."""
+    return row["rel_path"] if row and row.get("rel_path") else describe(row, sha)
 
 
 def sync_embeddings(
