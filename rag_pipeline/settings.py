@@ -64,6 +64,59 @@ class Settings(BaseSettings):
     hnsw_ef_construct: int = 100
     hnsw_ef: int = 128
 
+    # Retrieval (query time). mode: hybrid (dense + BM25 fused inside Qdrant), dense, sparse (BM25) or blend
+    # (client-side alpha·dense + (1 − alpha)·BM25, for comparison). Each leg fetches top_k × prefetch_multiplier.
+    retrieval_mode: Literal["hybrid", "dense", "sparse", "blend"] = "hybrid"
+    fusion: Literal["rrf", "dbsf"] = "rrf"
+    rrf_k: int = 60
+    fusion_weights: Annotated[list[float], NoDecode] | None = None  # "dense,sparse" RRF leg weights
+    prefetch_multiplier: int = 5
+    blend_alpha: float = 0.7
+    query_fragments: bool = True  # multi-sentence questions run per fragment
+    dedupe: bool = True
+    dedupe_cosine: float = 0.95
+    mmr_lambda: float | None = None  # MMR diversity off unless set (1.0: relevance only)
+    score_threshold: float | None = None
+    coverage_margin: float | None = None  # prefer several files among hits within this relative score band
+    candidate_multiplier: int = 2  # post-processing sees top_k × this many hits
+    top_k: int = 5  # default number of results of search / ask
+
+    # Reranking: a sentence-transformers CrossEncoder from a local directory; off when unset.
+    rerank_model_path: str | None = None
+    rerank_candidate_multiplier: int = 3  # the reranker scores top_k × this many candidates
+    rerank_min_score: float | None = None  # absolute floor on the reranker's score
+
+    # Semantic cache of retrieval results: a separate collection keyed by the query embedding. Off by default
+    # (a near-paraphrase with a different meaning would be served the cached result).
+    semantic_cache: bool = False
+    semantic_cache_min_cosine: float = 0.90
+    semantic_cache_ttl_s: int = 24 * 3600
+
+    # HyDE (needs an LLM at RAG_OLLAMA_URL): "standard" embeds n hypothetical answers (averaged with the query),
+    # "adaptive" does so only when the top dense score is below hyde_adaptive_threshold, "multi" rotates
+    # through five prompt templates.
+    hyde: Literal["off", "standard", "adaptive", "multi"] = "off"
+    hyde_documents: int = 3
+    hyde_adaptive_threshold: float = 0.50
+
+    # LLM (generator, HyDE, judge) on an Ollama server at RAG_OLLAMA_URL.
+    ollama_chat_model: str = "llama3.2"
+    llm_temperature: float = 0.1
+    llm_max_tokens: int = 512
+    llm_context_window: int = 8192
+    llm_timeout_s: float = 60.0
+    llm_retries: int = 2
+
+    # HTTP API.
+    api_max_body_bytes: int = 64 * 1024
+
+    @field_validator("fusion_weights", mode="before")
+    @classmethod
+    def _split_weights(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [float(item) for item in value.split(",") if item.strip()] or None
+        return value
+
     @field_validator("roots", "ignore", "extensions", "role_email_prefixes", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:

@@ -29,3 +29,15 @@ def corpus(tmp_path: Path) -> Path:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
+
+
+@pytest.fixture(scope="session")
+def sample_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(corpus, data dir): the sample corpus ingested once per session. Read-only: copy it to change it."""
+    from rag_pipeline.serve.ingest import ingest
+
+    base = tmp_path_factory.mktemp("sample_index")
+    corpus = base / "corpus"
+    shutil.copytree(SAMPLE_CORPUS, corpus)
+    ingest([corpus], base / "data")
+    return corpus, base / "data"

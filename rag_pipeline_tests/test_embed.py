@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -27,9 +23,12 @@ from rag_pipeline.embed import (
     embed_texts,
 )
 from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
-
-FAKE_DIMENSION = 12
-FAKE_MODELS = ("fake-embed", "nomic-embed-text")
+from rag_pipeline_tests.fake_ollama import (
+    FAKE_DIMENSION,
+    FakeOllama,
+    fake_ollama,  # noqa: F401  (a pytest fixture)
+    fake_vector,
+)
 
 
 @pytest.fixture(scope="module")
@@ -158,70 +157,15 @@ def test_cache_round_trip_and_large_lookup(tmp_path: Path) -> None:
 # --- Ollama, against a fake server speaking its HTTP API --------------------------------------------------------
 
 
-def fake_vector(text: str) -> list[float]:
-    """A deterministic, deliberately unnormalised vector for text."""
-    digest = hashlib.sha256(text.encode()).digest()
-    return [float(byte) - 100.0 for byte in digest[:FAKE_DIMENSION]]
-
-
-class FakeOllama(ThreadingHTTPServer):
-    """POST /api/embed like Ollama: known models answer with embeddings, unknown ones with 404."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), FakeOllamaHandler)
-        self.requests: list[dict] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class FakeOllamaHandler(BaseHTTPRequestHandler):
-    server: FakeOllama
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if self.path != "/api/embed":
-            self.reply(404, {"error": "not found"})
-        elif body["model"] not in FAKE_MODELS:
-            self.reply(404, {"error": f'model "{body["model"]}" not found, try pulling it first'})
-        else:
-            self.server.requests.append(body)
-            inputs = [body["input"]] if isinstance(body["input"], str) else body["input"]
-            self.reply(200, {"model": body["model"], "embeddings": [fake_vector(text) for text in inputs]})
-
-    def reply(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture
-def fake_ollama() -> Iterator[FakeOllama]:
-    server = FakeOllama()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join()
-
-
 def test_ollama_batches_and_normalises(fake_ollama: FakeOllama) -> None:
     embedder = OllamaEmbedder(fake_ollama.url, model="fake-embed", batch_size=4)
     assert embedder.dimension == FAKE_DIMENSION and embedder.model_id == "ollama/fake-embed"
-    assert fake_ollama.requests == [{"model": "fake-embed", "input": ["dimension"]}]
+    assert fake_ollama.requests == [("/api/embed", {"model": "fake-embed", "input": ["dimension"]})]
     fake_ollama.requests.clear()
 
     texts = [f"text {i}" for i in range(10)]
     vectors = embedder.embed_documents(texts)
-    assert [len(request["input"]) for request in fake_ollama.requests] == [4, 4, 2]
+    assert [len(body["input"]) for body in fake_ollama.bodies("/api/embed")] == [4, 4, 2]
     assert len(fake_ollama.requests) == math.ceil(len(texts) / 4)
     assert vectors.shape == (10, FAKE_DIMENSION)
     assert_normalised(vectors)
@@ -236,7 +180,10 @@ def test_ollama_nomic_task_prefixes(fake_ollama: FakeOllama) -> None:
     fake_ollama.requests.clear()
     embedder.embed_documents(["a passage"])
     embedder.embed_query("a question")
-    assert [r["input"] for r in fake_ollama.requests] == [["search_document: a passage"], ["search_query: a question"]]
+    assert [body["input"] for body in fake_ollama.bodies("/api/embed")] == [
+        ["search_document: a passage"],
+        ["search_query: a question"],
+    ]
 
 
 def test_ollama_embed_texts_uses_cache(fake_ollama: FakeOllama, tmp_path: Path) -> None:

@@ -356,7 +356,8 @@ def test_timings_present(store: VectorStore, points: list[IndexPoint]) -> None:
     store.upsert(points)
     embedder = LookupEmbedder({"pump seals": points[1].dense})
     result = Retriever(store, embedder).search("pump seals", top_k=3)
-    assert set(result.timings_ms) == {"embed", "search", "postprocess", "total"}
+    assert set(result.timings_ms) == {"embed", "cache", "hyde", "search", "rerank", "postprocess", "total"}
+    assert result.timings_ms["cache"] == result.timings_ms["hyde"] == result.timings_ms["rerank"] == 0.0
     assert all(value >= 0 for value in result.timings_ms.values())
     assert result.timings_ms["total"] >= result.timings_ms["search"] + result.timings_ms["embed"]
     assert embedder.calls == ["pump seals"] and len(result.hits) == 3

@@ -2,6 +2,6 @@
 
 import dagster as dg
 
-from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.defs.resources import RagResource, RetrievalResource
 
-defs = dg.Definitions(resources={"rag": RagResource()})
+defs = dg.Definitions(resources={"rag": RagResource(), "retrieval": RetrievalResource()})

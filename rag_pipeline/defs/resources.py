@@ -10,15 +10,12 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline import components
 from rag_pipeline.convert import DocumentConverter
-from rag_pipeline.embed import (
-    Embedder,
-    EmbeddingCache,
-    build_embedder,
-    declared_dimension,
-)
+from rag_pipeline.embed import Embedder, EmbeddingCache
 from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.index.vector_store import HnswSettings, VectorStore, open_vector_store
+from rag_pipeline.index.vector_store import VectorStore
+from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.settings import Settings
 from rag_pipeline.sources import HashCache, Manifest, discover
 
@@ -27,14 +24,6 @@ from rag_pipeline.sources import HashCache, Manifest, discover
 def shared_converter(pdf_pipeline: str) -> DocumentConverter:
     """One converter per process: docling's pipelines are built once and reused across runs."""
     return DocumentConverter(pdf_pipeline=pdf_pipeline)
-
-
-@functools.cache
-def shared_embedder(backend: str, model_path: str | None, ollama_url: str | None, ollama_model: str,
-                    batch_size: int) -> Embedder:
-    """One embedding model per process (loading it takes seconds)."""
-    return build_embedder(backend=backend, model_path=model_path, ollama_url=ollama_url,
-                          ollama_model=ollama_model, batch_size=batch_size)
 
 
 class RagResource(dg.ConfigurableResource):
@@ -56,38 +45,19 @@ class RagResource(dg.ConfigurableResource):
         return shared_converter(self.settings.pdf_pipeline)
 
     def embedder(self) -> Embedder:
-        settings = self.settings
-        return shared_embedder(settings.embedding_backend, settings.embedding_model_path, settings.ollama_url,
-                               settings.ollama_embed_model, settings.embedding_batch_size)
+        return components.embedder(self.settings)
 
     def embedding_dimension(self) -> int:
-        """The model's dimension (it names the collection), read from the model files when they declare it,
-        so opening the store for a status check does not load the model."""
-        settings = self.settings
-        declared = None
-        if settings.embedding_backend == "sentence_transformers":
-            declared = declared_dimension(settings.embedding_model_path)
-        return declared or self.embedder().dimension
+        return components.embedding_dimension(self.settings)
 
     def embedding_cache(self) -> EmbeddingCache:
         return EmbeddingCache(self.settings.embedding_cache_path)
 
     @contextmanager
     def vector_store(self) -> Iterator[VectorStore]:
-        """The collection of the configured embedding model (embedded engine unless RAG_QDRANT_URL is set).
-
-        Closed on exit: the embedded engine allows one process at a time, so nothing may hold it longer.
-        """
-        settings = self.settings
-        store = open_vector_store(
-            data_dir=settings.data_dir, model_id=settings.embedding_model_id, dimension=self.embedding_dimension(),
-            qdrant_url=settings.qdrant_url, qdrant_api_key=settings.qdrant_api_key,
-            hnsw=HnswSettings(m=settings.hnsw_m, ef_construct=settings.hnsw_ef_construct, ef=settings.hnsw_ef),
-        )
-        try:
+        """The chunk collection of the configured model, closed on exit."""
+        with components.vector_store(self.settings) as store:
             yield store
-        finally:
-            store.close()
 
     def manifest(self) -> Manifest:
         """Discover the roots, re-hashing only files whose size or mtime changed since the last scan."""
@@ -102,3 +72,28 @@ class RagResource(dg.ConfigurableResource):
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         cache_path.write_text(json.dumps({path: entry for path, entry in cache.items() if path in live}))
         return manifest
+
+
+class RetrievalResource(dg.ConfigurableResource):
+    """Query-time retrieval: the library's Retriever over the configured store, models and RAG_* retrieval
+    settings (the same one the HTTP API and the CLI use). Unset fields come from settings.py and RAG_* vars."""
+
+    data_dir: str | None = None
+    retrieval_mode: str | None = None
+    rerank_model_path: str | None = None
+    semantic_cache: bool | None = None
+
+    @property
+    def settings(self) -> Settings:
+        overrides = {"data_dir": self.data_dir, "retrieval_mode": self.retrieval_mode,
+                     "rerank_model_path": self.rerank_model_path, "semantic_cache": self.semantic_cache}
+        return Settings(**{key: value for key, value in overrides.items() if value is not None})
+
+    @contextmanager
+    def retriever(self) -> Iterator[Retriever]:
+        """An open retriever, closed on exit (the embedded store allows one process at a time)."""
+        retriever = components.open_retriever(self.settings)
+        try:
+            yield retriever
+        finally:
+            retriever.close()

@@ -34,6 +34,7 @@ from rag_pipeline.index.vector_store import (
     VectorStore,
     VectorStoreLocked,
     check_fusion,
+    new_index_version,
     parse_filters,
     qdrant_rrf_k,
 )
@@ -152,6 +153,24 @@ class EdgeStore(VectorStore):
     def optimize(self) -> None:
         """Run the segment optimizers (merging, HNSW building, vacuum), which qdrant-edge never runs by itself."""
         self._shard.optimize()
+
+    def index_version(self) -> str:
+        try:
+            return self._version_path.read_text().strip() or "0"
+        except FileNotFoundError:
+            return "0"
+
+    def mark_changed(self) -> str:
+        version = new_index_version()
+        temporary = self._version_path.with_suffix(".tmp")
+        temporary.write_text(version + "\n")
+        temporary.replace(self._version_path)
+        return version
+
+    @property
+    def _version_path(self) -> Path:
+        """The index version lives in a file next to the shard (qdrant-edge has no collection metadata)."""
+        return self.path.with_name(self.path.name + ".version")
 
     def close(self) -> None:
         with _registry_lock:

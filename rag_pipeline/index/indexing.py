@@ -157,6 +157,8 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     if pending:
         store.upsert(pending)
         upserted += len(pending)
+    if upserted or deleted or report.moved:
+        store.mark_changed()
     optimize_seconds = 0.0
     if upserted:
         begin = time.perf_counter()

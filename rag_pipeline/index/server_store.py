@@ -27,12 +27,14 @@ from rag_pipeline.index.vector_store import (
     SparseVector,
     VectorStore,
     check_fusion,
+    new_index_version,
     parse_filters,
     qdrant_rrf_k,
 )
 
 TIMEOUT_SECONDS = 60
 SCROLL_PAGE = 1_000
+INDEX_VERSION_KEY = "rag_index_version"  # collection metadata key
 
 
 @functools.cache
@@ -181,6 +183,15 @@ class ServerStore(VectorStore):
 
     def optimize(self) -> None:
         """Nothing to do: the server runs its optimizers by itself."""
+
+    def index_version(self) -> str:
+        metadata = self.client.get_collection(self.collection).config.metadata or {}
+        return str(metadata.get(INDEX_VERSION_KEY, "0"))
+
+    def mark_changed(self) -> str:
+        version = new_index_version()
+        self.client.update_collection(self.collection, metadata={INDEX_VERSION_KEY: version})
+        return version
 
     def close(self) -> None:
         if self.owns_client:

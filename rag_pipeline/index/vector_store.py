@@ -8,9 +8,11 @@ Qdrant server, or its in-process `:memory:` mode).
 from __future__ import annotations
 
 import re
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -113,6 +115,11 @@ class VectorStoreLocked(RuntimeError):
     """The embedded store is open in another process."""
 
 
+def new_index_version() -> str:
+    """A fresh index version: sortable by time, unique across writers."""
+    return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"
+
+
 def collection_name(model_id: str, dimension: int) -> str:
     """Collection of one embedding model, e.g. 'chunks__sentence-transformers_all-minilm-l6-v2__384'."""
     model = re.sub(r"[^a-z0-9_-]+", "_", model_id.lower()).strip("_")
@@ -193,6 +200,15 @@ class VectorStore(ABC):
         """Bring indexes up to date after a bulk load."""
 
     @abstractmethod
+    def index_version(self) -> str:
+        """An opaque version of the collection's contents ("0" before the first change): caches keyed on it
+        are invalid once it differs."""
+
+    @abstractmethod
+    def mark_changed(self) -> str:
+        """Record that the contents changed (a new index version, returned); called by every writer."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release the store."""
 
@@ -206,12 +222,14 @@ def open_vector_store(
     qdrant_api_key: str | None = None,
     hnsw: HnswSettings = HnswSettings(),
     location: str | None = None,
+    collection: str | None = None,
 ) -> VectorStore:
     """The server store when a Qdrant URL or client location (":memory:") is given, else the embedded store.
 
     qdrant_url=":memory:" selects one process-wide in-memory client (the server code path, in-process).
+    `collection` overrides the name derived from the model (for a second collection such as the query cache).
     """
-    collection = collection_name(model_id, dimension)
+    collection = collection or collection_name(model_id, dimension)
     if qdrant_url == ":memory:":
         from rag_pipeline.index.server_store import ServerStore, shared_memory_client
 

@@ -8,8 +8,10 @@ reached, `StoreUnavailable` names the store and the setting to fix.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,6 +28,7 @@ from rag_pipeline.index.vector_store import (
 )
 from rag_pipeline.retrieve import fusion as fusion_functions
 from rag_pipeline.retrieve.fragments import split_fragments
+from rag_pipeline.retrieve.hyde import Hyde
 from rag_pipeline.retrieve.postprocess import (
     DUPLICATE_COSINE,
     dedupe,
@@ -33,6 +36,8 @@ from rag_pipeline.retrieve.postprocess import (
     prefer_coverage,
     score_threshold,
 )
+from rag_pipeline.retrieve.rerank import Reranker, rerank
+from rag_pipeline.retrieve.semantic_cache import SemanticCache
 
 Mode = Literal["hybrid", "dense", "sparse", "blend"]
 MODES = ("hybrid", "dense", "sparse", "blend")
@@ -82,10 +87,13 @@ class RetrievalSettings:
 @dataclass
 class RetrievalResult:
     hits: list[Hit]
-    timings_ms: dict[str, float]  # embed, search, postprocess, total
+    timings_ms: dict[str, float]  # embed, cache, hyde, search, rerank, postprocess, total
     warnings: list[str] = field(default_factory=list)
     mode_used: Mode = "hybrid"
     fragments: list[str] = field(default_factory=list)
+    cache_hit: bool = False
+    reranked: bool = False
+    hyde_documents: list[str] = field(default_factory=list)
 
 
 def _connection_error(error: BaseException) -> bool:
@@ -127,12 +135,44 @@ def describe_store(store: VectorStore) -> str:
 
 
 class Retriever:
-    """Searches `store` with queries embedded by `embedder` (None: BM25 only)."""
+    """Searches `store` with queries embedded by `embedder` (None: BM25 only).
 
-    def __init__(self, store: VectorStore, embedder: Embedder | None, settings: RetrievalSettings | None = None):
+    Optional stages: `reranker` re-scores top_k × rerank_multiplier candidates, `cache` serves repeated
+    (similar) queries, `hyde` expands the dense query with hypothetical answers. `close()` releases the store
+    and the cache.
+    """
+
+    def __init__(self, store: VectorStore, embedder: Embedder | None, settings: RetrievalSettings | None = None,
+                 *, reranker: Reranker | None = None, rerank_multiplier: int = 3,
+                 rerank_min_score: float | None = None, cache: SemanticCache | None = None,
+                 hyde: Hyde | None = None) -> None:
+        if rerank_multiplier < 1:
+            raise ValueError(f"rerank_multiplier must be >= 1, got {rerank_multiplier}")
         self.store = store
         self.embedder = embedder
         self.settings = settings or RetrievalSettings()
+        self.reranker = reranker
+        self.rerank_multiplier = rerank_multiplier
+        self.rerank_min_score = rerank_min_score
+        self.cache = cache
+        self.hyde = hyde
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+        self.store.close()
+
+    def signature(self, top_k: int, filters: Filters | None) -> str:
+        """What besides the query text decides a result: the cache key's second half."""
+        parts = {
+            "top_k": top_k, "filters": {key: filters[key] for key in sorted(filters or {})},
+            "settings": dataclasses.asdict(self.settings),
+            "embedder": getattr(self.embedder, "model_id", None),
+            "reranker": (self.reranker.model_id, self.rerank_multiplier, self.rerank_min_score)
+            if self.reranker else None,
+            "hyde": (self.hyde.mode, self.hyde.documents, self.hyde.adaptive_threshold) if self.hyde else None,
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True, default=list).encode()).hexdigest()[:32]
 
     def search(self, query: str, top_k: int = 10, filters: Filters | None = None) -> RetrievalResult:
         """The best `top_k` chunks for `query`. ValueError for a blank query, top_k out of range or a bad filter."""
@@ -143,54 +183,117 @@ class Retriever:
         if not 1 <= top_k <= MAX_TOP_K:
             raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
         parse_filters(filters)  # fail before any work on an unknown filter field
-        fragments = split_fragments(query) if settings.fragments else [" ".join(query.split())]
-        warnings: list[str] = []
-        timings = {"embed": 0.0, "search": 0.0, "postprocess": 0.0}
+        query = " ".join(query.split())
+        fragments = split_fragments(query) if settings.fragments else [query]
+        timings = {stage: 0.0 for stage in ("embed", "cache", "hyde", "search", "rerank", "postprocess")}
+        result = RetrievalResult([], timings, mode_used=settings.mode, fragments=fragments)
 
-        mode: Mode = settings.mode
-        vectors: list[np.ndarray | None] = [None] * len(fragments)
-        if mode != "sparse" or settings.mmr_lambda is not None:
-            embed_started = time.perf_counter()
-            try:
-                if self.embedder is None:
-                    raise RuntimeError("no embedder configured")
-                vectors = [np.asarray(self.embedder.embed_query(fragment)) for fragment in fragments]
-            except Exception as error:  # any embedder failure: degrade to BM25, never fail the query
-                vectors = [None] * len(fragments)
-                if mode != "sparse":
-                    mode = "sparse"
-                    warnings.append(
-                        f"query embedding failed ({type(error).__name__}: {error}); fell back to BM25-only retrieval"
-                    )
-                else:
-                    warnings.append(f"query embedding failed ({type(error).__name__}: {error}); MMR skipped")
-            timings["embed"] = (time.perf_counter() - embed_started) * 1000
+        # Query vectors: the whole query (cache key, MMR, HyDE) and each fragment.
+        whole, vectors = self._embed(query, fragments, result)
+        if whole is None and result.mode_used != "sparse":
+            result.mode_used = "sparse"
+            result.warnings.append(f"{result.warnings.pop()}; fell back to BM25-only retrieval")
 
-        postprocessing = settings.dedupe or settings.mmr_lambda is not None or settings.coverage_margin is not None
-        limit = top_k * settings.candidate_multiplier if postprocessing else top_k
+        signature = ""
+        if self.cache is not None and whole is not None:
+            signature = self.signature(top_k, filters)
+            begin = time.perf_counter()
+            cached = self._cache_call(lambda: self.cache.lookup(whole, signature), result)
+            timings["cache"] = (time.perf_counter() - begin) * 1000
+            if cached is not None:
+                result.hits, result.cache_hit = cached, True
+                timings["total"] = (time.perf_counter() - started) * 1000
+                return result
+
+        if self.hyde is not None and whole is not None and result.mode_used != "sparse":
+            begin = time.perf_counter()
+            vectors = self._expand_with_hyde(query, whole, vectors, filters, result)
+            timings["hyde"] = (time.perf_counter() - begin) * 1000
+
+        limit = top_k
+        if settings.dedupe or settings.mmr_lambda is not None or settings.coverage_margin is not None:
+            limit = top_k * settings.candidate_multiplier
+        if self.reranker is not None:
+            limit = max(limit, top_k * self.rerank_multiplier)
         with_vectors = settings.dedupe or settings.mmr_lambda is not None
-        search_started = time.perf_counter()
-        hits = merge_fragment_hits(
-            [
-                self._search_one(mode, fragment, vector, limit, top_k, filters, with_vectors)
-                for fragment, vector in zip(fragments, vectors)
-            ]
-        )
-        timings["search"] = (time.perf_counter() - search_started) * 1000
+        begin = time.perf_counter()
+        hits = merge_fragment_hits([
+            self._search_one(result.mode_used, fragment, vector, limit, top_k, filters, with_vectors)
+            for fragment, vector in zip(fragments, vectors)
+        ])
+        timings["search"] = (time.perf_counter() - begin) * 1000
 
-        post_started = time.perf_counter()
         hits = score_threshold(hits, settings.score_threshold)
+        if self.reranker is not None and hits:
+            begin = time.perf_counter()
+            hits = rerank(self.reranker, query, hits, self.rerank_min_score)
+            result.reranked = True
+            timings["rerank"] = (time.perf_counter() - begin) * 1000
+
+        begin = time.perf_counter()
         if settings.dedupe:
             hits = dedupe(hits, cosine_threshold=settings.dedupe_cosine)
-        if settings.mmr_lambda is not None and vectors[0] is not None:
-            query_vector = np.mean(np.stack([v for v in vectors if v is not None]), axis=0)
-            hits = mmr(hits, query_vector, settings.mmr_lambda, top_k=len(hits))
+        if settings.mmr_lambda is not None and whole is not None:
+            hits = mmr(hits, whole, settings.mmr_lambda, top_k=len(hits))
         if settings.coverage_margin is not None:
             hits = prefer_coverage(hits, settings.coverage_margin)
-        hits = [dataclasses.replace(hit, vector=None) for hit in hits[:top_k]]
-        timings["postprocess"] = (time.perf_counter() - post_started) * 1000
+        result.hits = [dataclasses.replace(hit, vector=None) for hit in hits[:top_k]]
+        timings["postprocess"] = (time.perf_counter() - begin) * 1000
+
+        if self.cache is not None and whole is not None and not result.warnings:
+            begin = time.perf_counter()
+            self._cache_call(lambda: self.cache.store_result(whole, signature, query, result.hits), result)
+            timings["cache"] += (time.perf_counter() - begin) * 1000
         timings["total"] = (time.perf_counter() - started) * 1000
-        return RetrievalResult(hits, timings, warnings, mode, fragments)
+        return result
+
+    def _embed(self, query: str, fragments: list[str], result: RetrievalResult
+               ) -> tuple[np.ndarray | None, list[np.ndarray | None]]:
+        """(whole-query vector, fragment vectors); (None, [None, ...]) with a warning when the embedder fails or
+        no stage needs vectors."""
+        settings = self.settings
+        needed = (settings.mode != "sparse" or settings.mmr_lambda is not None or self.cache is not None)
+        if not needed:
+            return None, [None] * len(fragments)
+        begin = time.perf_counter()
+        try:
+            if self.embedder is None:
+                raise RuntimeError("no embedder configured")
+            texts = [query] + [fragment for fragment in fragments if fragment != query]
+            embedded = dict(zip(texts, self.embedder.embed_queries(texts)))
+            return embedded[query], [embedded[fragment] for fragment in fragments]
+        except Exception as error:  # any embedder failure: degrade to BM25, never fail the query
+            result.warnings.append(f"query embedding failed ({type(error).__name__}: {error})")
+            return None, [None] * len(fragments)
+        finally:
+            result.timings_ms["embed"] = (time.perf_counter() - begin) * 1000
+
+    def _expand_with_hyde(self, query: str, whole: np.ndarray, vectors: list[np.ndarray | None],
+                          filters: Filters | None, result: RetrievalResult) -> list[np.ndarray | None]:
+        """Fragment vectors averaged with hypothetical answers' vectors, when HyDE fires; LLM errors only warn."""
+        assert self.hyde is not None
+        top_dense = None
+        if self.hyde.mode == "adaptive":
+            probe = self._call_store(lambda: self.store.search_dense([float(x) for x in whole], 1, filters))
+            top_dense = probe[0].score if probe else None
+        if not self.hyde.wanted(top_dense):
+            return vectors
+        try:
+            documents = self.hyde.hypothetical_documents(query)
+            expanded = self.hyde.expand([vector for vector in vectors if vector is not None], documents)
+        except Exception as error:  # the LLM is down or misbehaves: search with the plain query
+            result.warnings.append(f"HyDE skipped ({type(error).__name__}: {error})")
+            return vectors
+        result.hyde_documents = documents
+        return list(expanded)
+
+    def _cache_call(self, call, result: RetrievalResult):
+        """A semantic-cache operation; a failing cache only warns (the search goes on without it)."""
+        try:
+            return call()
+        except Exception as error:
+            result.warnings.append(f"semantic cache unavailable ({type(error).__name__}: {error})")
+            return None
 
     def _search_one(
         self, mode: Mode, text: str, vector: np.ndarray | None, limit: int, top_k: int, filters: Filters | None,
@@ -198,22 +301,30 @@ class Retriever:
     ) -> list[Hit]:
         settings = self.settings
         prefetch = max(limit, top_k * settings.prefetch_multiplier)
+        store = self.store
+        if mode == "sparse":
+            return self._call_store(lambda: store.search_sparse(encode_query(text), limit, filters,
+                                                                with_vectors=with_vectors))
+        assert vector is not None
+        dense = [float(value) for value in vector]
+        if mode == "dense":
+            return self._call_store(lambda: store.search_dense(dense, limit, filters, with_vectors=with_vectors))
+        sparse = encode_query(text)
+        if mode == "blend":
+            dense_hits = self._call_store(lambda: store.search_dense(dense, prefetch, filters,
+                                                                     with_vectors=with_vectors))
+            sparse_hits = self._call_store(lambda: store.search_sparse(sparse, prefetch, filters,
+                                                                       with_vectors=with_vectors))
+            return fusion_functions.weighted_blend(dense_hits, sparse_hits, settings.alpha)[:limit]
+        return self._call_store(lambda: store.search_hybrid(
+            dense, sparse, limit, filters, prefetch=prefetch, fusion=settings.fusion, rrf_k=settings.rrf_k,
+            weights=settings.weights, with_vectors=with_vectors,
+        ))
+
+    def _call_store(self, call: Callable[[], list[Hit]]) -> list[Hit]:
+        """A store query; connection failures become StoreUnavailable naming the store and the setting to fix."""
         try:
-            if mode == "sparse":
-                return self.store.search_sparse(encode_query(text), limit, filters, with_vectors=with_vectors)
-            assert vector is not None
-            dense = [float(value) for value in vector]
-            if mode == "dense":
-                return self.store.search_dense(dense, limit, filters, with_vectors=with_vectors)
-            sparse = encode_query(text)
-            if mode == "blend":
-                dense_hits = self.store.search_dense(dense, prefetch, filters, with_vectors=with_vectors)
-                sparse_hits = self.store.search_sparse(sparse, prefetch, filters, with_vectors=with_vectors)
-                return fusion_functions.weighted_blend(dense_hits, sparse_hits, settings.alpha)[:limit]
-            return self.store.search_hybrid(
-                dense, sparse, limit, filters, prefetch=prefetch, fusion=settings.fusion, rrf_k=settings.rrf_k,
-                weights=settings.weights, with_vectors=with_vectors,
-            )
+            return call()
         except Exception as error:
             if _connection_error(error):
                 raise StoreUnavailable(

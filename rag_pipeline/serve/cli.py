@@ -22,7 +22,83 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", parents=[common],
                                  help="discover, diff by SHA and materialise the affected shards through Dagster")
     ingest.add_argument("roots", nargs="+", help="folders of documents")
+
+    query = argparse.ArgumentParser(add_help=False)
+    query.add_argument("--top-k", type=int, default=None, help="number of passages (default: $RAG_TOP_K, else 5)")
+    query.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
+                       help="payload filter, repeatable: path, paths, sha, shard, doc_type, heading_path, "
+                            "path_prefix (a key given twice matches any of its values)")
+    search = commands.add_parser("search", parents=[common, query], help="hybrid search of the index")
+    search.add_argument("query")
+    ask = commands.add_parser("ask", parents=[common, query], help="answer a question with cited sources")
+    ask.add_argument("question")
+    serve = commands.add_parser("serve", parents=[common], help="run the HTTP API")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
     return parser
+
+
+def parse_filters(items: list[str]) -> dict[str, str | list[str]] | None:
+    """KEY=VALUE arguments as a filters mapping; a key given twice becomes a list (any of the values)."""
+    filters: dict[str, list[str]] = {}
+    for item in items:
+        key, separator, value = item.partition("=")
+        if not separator or not key or not value:
+            raise ValueError(f"--filter takes KEY=VALUE, got {item!r}")
+        filters.setdefault(key.strip(), []).append(value)
+    return {key: values[0] if len(values) == 1 else values for key, values in filters.items()} or None
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """`search` and `ask`: open the configured retriever, run, print (JSON or readable), close."""
+    from rag_pipeline.answer import Answer, answer_stream
+    from rag_pipeline.components import open_retriever
+    from rag_pipeline.serve.api import search_json
+    from rag_pipeline.settings import Settings
+
+    settings = Settings(data_dir=args.data_dir)
+    top_k = args.top_k if args.top_k is not None else settings.top_k
+    retriever = open_retriever(settings)
+    try:
+        filters = parse_filters(args.filter)
+        if args.command == "search":
+            output = search_json(retriever.search(args.query, top_k=top_k, filters=filters))
+            if args.json:
+                print(json.dumps(output))
+            else:
+                print_search(output)
+            return 0
+        for item in answer_stream(retriever, args.question, top_k=top_k, filters=filters):
+            if isinstance(item, Answer):
+                if args.json:
+                    print(json.dumps(item.to_json()))
+                else:
+                    print_sources(item)
+            elif not args.json:
+                print(item, end="", flush=True)
+        return 0
+    finally:
+        retriever.close()
+
+
+def print_search(output: dict[str, Any]) -> None:
+    for warning in output["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    for rank, result in enumerate(output["results"], start=1):
+        where = f"{result['path']}:{result['line_start']}" + (f" (page {result['page']})" if result["page"] else "")
+        print(f"{rank:>2}. {result['score']:.4f}  {where}  {result['header']}")
+        print(f"    {' '.join(result['text'].split())[:200]}")
+    timings = ", ".join(f"{stage} {value:.1f}" for stage, value in output["timings_ms"].items() if value)
+    print(f"({len(output['results'])} results, {output['mode']}; ms: {timings})")
+
+
+def print_sources(answer: Any) -> None:
+    print()
+    for warning in answer.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for source in answer.sources:
+        page = f", page {source.page}" if source.page else ""
+        print(f"[{source.number}] {source.path}:{source.line_start}{page}  {source.heading}")
 
 
 def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
@@ -41,6 +117,7 @@ def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no model-loading bars in the output
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     warnings.filterwarnings("ignore", message=".*is currently in beta")
     if args.command == "ingest":
@@ -59,4 +136,17 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(summary))
         else:
             print_ingest_summary(summary, args.data_dir)
+    elif args.command in ("search", "ask"):
+        from rag_pipeline.retrieve.retriever import StoreUnavailable
+
+        try:
+            return run_query(args)
+        except (ValueError, StoreUnavailable, RuntimeError) as error:
+            print(f"rag-pipeline: {error}", file=sys.stderr)
+            return 2 if isinstance(error, ValueError) else 1
+    elif args.command == "serve":
+        from rag_pipeline.serve.api import serve
+        from rag_pipeline.settings import Settings
+
+        serve(Settings(data_dir=args.data_dir), host=args.host, port=args.port)
     return 0

@@ -1,0 +1,250 @@
+"""The HTTP API through a real uvicorn server on 127.0.0.1: search, SSE answers, ingest, health, metrics,
+and every bad-input case."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from rag_pipeline.serve.api import MAX_API_TOP_K, create_app
+from rag_pipeline.settings import Settings
+
+from .conftest import REPO
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def running_api(settings: Settings) -> Iterator[str]:
+    """A uvicorn server with the app on a free 127.0.0.1 port, in a thread; stopped (and the store closed)
+    on exit."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the API server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def api(sample_index: tuple[Path, Path]) -> Iterator[str]:
+    _, data_dir = sample_index
+    with running_api(Settings(data_dir=data_dir)) as url:
+        yield url
+
+
+def parse_sse(text: str) -> list[tuple[str, dict]]:
+    """(event, data) of every server-sent event in a response body."""
+    events = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        events.append((fields["event"], json.loads(fields["data"])))
+    return events
+
+
+def test_search(api: str) -> None:
+    response = httpx.post(f"{api}/search", json={"query": "who do I page for a SEV1 outage?", "top_k": 3})
+    assert response.status_code == 200
+    body = response.json()
+    assert len(body["results"]) == 3
+    assert body["results"][0]["path"].endswith("ops/incident-runbook.md")
+    assert set(body["results"][0]) >= {"path", "header", "line_start", "chunk_id", "sha", "score", "text"}
+    assert body["mode"] == "hybrid" and body["warnings"] == []
+    assert {"embed", "search", "total"} <= set(body["timings_ms"])
+
+
+def test_search_filters(api: str) -> None:
+    body = httpx.post(f"{api}/search", json={"query": "duck", "top_k": 10,
+                                             "filters": {"doc_type": ["pdf", "docx"]}}).json()
+    assert body["results"] and {result["doc_type"] for result in body["results"]} <= {"pdf", "docx"}
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"query": ""}, 400, "empty_query"),
+    ({"query": "   "}, 400, "empty_query"),
+    ({"top_k": 3}, 400, "empty_query"),
+    ({"query": "pumps", "top_k": 0}, 400, "invalid_top_k"),
+    ({"query": "pumps", "top_k": MAX_API_TOP_K + 1}, 400, "invalid_top_k"),
+    ({"query": "pumps", "top_k": "5"}, 400, "invalid_top_k"),
+    ({"query": "pumps", "top_k": True}, 400, "invalid_top_k"),
+    ({"query": "pumps", "filters": {"colour": "red"}}, 400, "unknown_filter_field"),
+    ({"query": "pumps", "filters": ["doc_type"]}, 400, "invalid_filters"),
+    ({"query": "pumps", "filters": {"doc_type": 5}}, 400, "invalid_request"),
+    ({"query": "pumps", "limit": 5}, 400, "unknown_field"),
+])
+def test_search_bad_input(api: str, body: dict, status: int, code: str) -> None:
+    response = httpx.post(f"{api}/search", json=body)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["code"] == code and error["message"]
+    assert "Traceback" not in response.text
+
+
+def test_malformed_and_oversized_bodies(api: str) -> None:
+    response = httpx.post(f"{api}/search", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+    assert httpx.post(f"{api}/search", json=["a"]).json()["error"]["code"] == "invalid_body"
+    huge = {"query": "x" * (Settings().api_max_body_bytes + 10)}
+    response = httpx.post(f"{api}/search", json=huge)
+    assert response.status_code == 413 and response.json()["error"]["code"] == "body_too_large"
+
+    def chunked() -> Iterator[bytes]:  # no Content-Length: the limit holds while reading
+        yield b'{"query": "'
+        for _ in range(100):
+            yield b"y" * 1024
+        yield b'"}'
+
+    response = httpx.post(f"{api}/search", content=chunked())
+    assert response.status_code == 413
+
+
+def test_unknown_route_and_method(api: str) -> None:
+    response = httpx.get(f"{api}/nope")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+    assert httpx.get(f"{api}/search").status_code == 405
+
+
+def test_ask_streams_tokens_then_sources(api: str) -> None:
+    with httpx.stream("POST", f"{api}/ask", json={"question": "What severity is a full outage?", "top_k": 3}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        text = "".join(r.iter_text())
+    events = parse_sse(text)
+    kinds = [kind for kind, _ in events]
+    assert kinds[-1] == "done" and set(kinds[:-1]) == {"token"} and len(kinds) >= 2
+    final = events[-1][1]
+    assert final["answer"] == "".join(data["text"] for _, data in events[:-1])
+    assert final["generator"] is None and "No answer generator is configured" in final["answer"]
+    assert [source["number"] for source in final["sources"]] == [1, 2, 3] == final["citations"]
+    assert final["sources"][0]["path"].endswith("incident-runbook.md")
+    assert {"path", "heading", "page", "sha", "chunk_id", "score"} <= set(final["sources"][0])
+
+
+def test_ask_bad_input_is_json_not_a_stream(api: str) -> None:
+    response = httpx.post(f"{api}/ask", json={"question": "", "top_k": 3})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "empty_question"
+    response = httpx.post(f"{api}/ask", json={"question": "x", "filters": {"nope": "1"}})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "unknown_filter_field"
+
+
+def test_healthz_and_metrics(api: str) -> None:
+    health = httpx.get(f"{api}/healthz")
+    assert health.status_code == 200
+    report = health.json()
+    assert report["status"] == "ok" and report["store"]["ok"] and report["store"]["points"] > 100
+    assert report["embedder"]["ok"] and report["llm"] == {"configured": False}
+    httpx.post(f"{api}/search", json={"query": "duck feathers"})
+    httpx.post(f"{api}/search", json={"query": ""})
+    metrics = httpx.get(f"{api}/metrics")
+    assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain")
+    lines = metrics.text.splitlines()
+    assert any(line.startswith('rag_http_requests_total{endpoint="/search",status="200"}') for line in lines)
+    assert any(line.startswith('rag_http_requests_total{endpoint="/search",status="400"}') for line in lines)
+    assert any(line.startswith('rag_retrieval_stage_seconds_bucket{le="0.05",stage="embed"}') for line in lines)
+    assert any(line.startswith('rag_http_request_seconds_count{endpoint="/search"}') for line in lines)
+    points = next(line for line in lines if line.startswith("rag_index_points "))
+    assert float(points.split()[1]) == report["store"]["points"]
+
+
+def test_ingest_then_cache_invalidation(tmp_path: Path) -> None:
+    """POST /ingest runs the real ingest; the semantic cache serves a repeat, and the index change it causes
+    invalidates the cache."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "pumps.md").write_text("# Pumps\n\nInspect the pump seals every month for leaks.\n")
+    settings = Settings(data_dir=tmp_path / "data", semantic_cache=True)
+    with running_api(settings) as url:
+        assert httpx.post(f"{url}/ingest", json={"roots": [str(tmp_path / "missing")]}).status_code == 400
+        assert httpx.post(f"{url}/ingest", json={"roots": []}).json()["error"]["code"] == "invalid_roots"
+        job = ingest_and_wait(url, corpus)
+        assert job["summary"]["added"] == 1 and job["summary"]["failed"] == []
+
+        query = {"query": "how often are the pump seals inspected", "top_k": 3}
+        first = httpx.post(f"{url}/search", json=query).json()
+        assert not first["cache_hit"] and first["results"][0]["path"].endswith("pumps.md")
+        assert httpx.post(f"{url}/search", json=query).json()["cache_hit"]
+
+        (corpus / "valves.md").write_text("# Valves\n\nValves are greased every quarter.\n")
+        job = ingest_and_wait(url, corpus)
+        assert job["summary"]["added"] == 1
+        after = httpx.post(f"{url}/search", json=query).json()
+        assert not after["cache_hit"]  # the index version changed
+        assert httpx.post(f"{url}/search", json=query).json()["cache_hit"]
+        metrics = httpx.get(f"{url}/metrics").text
+        assert 'rag_semantic_cache_lookups_total{outcome="hit"} 2.0' in metrics
+        assert httpx.get(f"{url}/ingest/unknown").status_code == 404
+
+
+def ingest_and_wait(url: str, corpus: Path) -> dict:
+    started = httpx.post(f"{url}/ingest", json={"roots": [str(corpus)]}, timeout=30)
+    assert started.status_code == 202
+    job_id = started.json()["id"]
+    assert started.headers["location"] == f"/ingest/{job_id}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{url}/ingest/{job_id}").json()
+        if job["status"] != "running":
+            assert job["status"] == "succeeded", job["error"]
+            return job
+        time.sleep(0.2)
+    raise AssertionError("the ingest did not finish")
+
+
+@pytest.mark.slow
+def test_serve_command(sample_index: tuple[Path, Path], tmp_path: Path) -> None:
+    """`rag-pipeline serve` in its own process: healthy, searchable, stopped by SIGTERM."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(sample_index[1], data_dir)  # its own copy: the embedded store allows one process
+    port = free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rag_pipeline", "serve", "--port", str(port), "--data-dir", str(data_dir)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, process.stderr.read().decode()
+            assert time.monotonic() < deadline, "serve did not come up"
+            time.sleep(0.2)
+        body = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": "duck plumage"}).json()
+        assert body["results"] and body["warnings"] == []
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal so the exit status reports it
+    assert process.returncode == -signal.SIGTERM
+    assert b"Traceback" not in stderr
