@@ -91,3 +91,32 @@ def test_parse_filters() -> None:
     assert parse_filters([]) is None
     with pytest.raises(ValueError, match="KEY=VALUE"):
         parse_filters(["doc_type"])
+
+
+def test_retrieval_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rag_pipeline.components import retrieval_settings
+    from rag_pipeline.settings import Settings
+
+    monkeypatch.setenv("RAG_RETRIEVAL_MODE", "blend")
+    monkeypatch.setenv("RAG_FUSION_WEIGHTS", "1.0,0.5")
+    monkeypatch.setenv("RAG_BLEND_ALPHA", "0.6")
+    monkeypatch.setenv("RAG_MMR_LAMBDA", "0.8")
+    monkeypatch.setenv("RAG_QUERY_FRAGMENTS", "false")
+    settings = retrieval_settings(Settings())
+    assert (settings.mode, settings.weights, settings.alpha, settings.mmr_lambda, settings.fragments) == (
+        "blend", (1.0, 0.5), 0.6, 0.8, False)
+    monkeypatch.setenv("RAG_FUSION", "dbsf")
+    with pytest.raises(ValueError, match="leg weights apply to RRF"):
+        retrieval_settings(Settings())
+
+
+def test_open_retriever_configuration_errors(sample_index: tuple[Path, Path], tmp_path: Path) -> None:
+    from rag_pipeline.components import open_retriever
+    from rag_pipeline.retrieve.rerank import RerankerUnavailable
+    from rag_pipeline.settings import Settings
+
+    _, data_dir = sample_index
+    with pytest.raises(ValueError, match="RAG_OLLAMA_URL"):
+        open_retriever(Settings(data_dir=data_dir, hyde="standard"))
+    with pytest.raises(RerankerUnavailable, match="RAG_RERANK_MODEL_PATH"):
+        open_retriever(Settings(data_dir=data_dir, rerank_model_path=str(tmp_path / "missing")))
