@@ -6,6 +6,7 @@ Part 2 starts `rag-pipeline serve` on 127.0.0.1 in its own process, sends the qu
 clients (a bounded number of requests), prints throughput and latency percentiles, and stops the server.
 
     .venv/bin/python bench/bench_query.py [--work DIR] [--modes hybrid,dense] [--clients 8] [--requests 600]
+                                          [--rerank-model CROSS_ENCODER_DIR]
 
 --work is bench_ingest.py's work directory: its data/ is reused when present, else the corpus is ingested first.
 """
@@ -144,13 +145,19 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--rerank-model", default=None,
+                        help="a CrossEncoder directory: also time the hybrid mode with reranking")
     args = parser.parse_args()
     data_dir = ensure_index(args.work or Path(tempfile.mkdtemp(prefix="bench_query_")))
     settings = Settings(data_dir=data_dir)
     queries = test_queries()
-    print(f"SciFact test queries: {len(queries)}; rerank model: {settings.rerank_model_path or 'none'}")
+    print(f"SciFact test queries: {len(queries)}")
     for mode in args.modes.split(","):
         stage_latency(settings, queries, mode.strip(), args.top_k)
+    if args.rerank_model:
+        print(f"\nwith reranking by {args.rerank_model}:", end="")
+        stage_latency(settings.model_copy(update={"rerank_model_path": args.rerank_model}), queries, "hybrid",
+                      args.top_k)
     if args.clients:
         http_load(data_dir, queries, args.clients, args.requests, args.top_k)
 

@@ -437,3 +437,25 @@ def test_hybrid_with_the_packaged_model(backend: str, tmp_path: Path, real_embed
 
 def test_make_points_reused() -> None:
     assert len(make_points()) == 12  # the shared corpus helpers stay importable
+
+
+def test_dedupe_matches_the_pairwise_definition() -> None:
+    """The vectorised dedupe keeps exactly what the pairwise is_duplicate rule keeps."""
+    from rag_pipeline.retrieve.postprocess import is_duplicate
+
+    rng = np.random.default_rng(3)
+    words = ["pump", "seal", "valve", "leak", "month", "inspect", "gasket", "flow"]
+    for _ in range(30):
+        base = rng.normal(size=(4, DIM))
+        hits = []
+        for index in range(24):
+            vector = base[rng.integers(4)] + rng.normal(scale=rng.choice([0.05, 1.0]), size=DIM)
+            text = " ".join(rng.choice(words, size=int(rng.integers(2, 12))))
+            hits.append(Hit(f"h{index}", 1.0 - index / 100, {"sha": f"s{rng.integers(5)}", "text": text},
+                            tuple(vector) if rng.random() > 0.1 else None))
+        reference: list[Hit] = []
+        for candidate in hits:
+            if not any(is_duplicate(candidate, kept) for kept in reference):
+                reference.append(candidate)
+        assert [h.id for h in dedupe(hits)] == [h.id for h in reference]
+        assert len(reference) < len(hits)

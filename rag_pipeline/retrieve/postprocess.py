@@ -50,12 +50,44 @@ def is_duplicate(a: Hit, b: Hit, cosine_threshold: float = DUPLICATE_COSINE,
 
 def dedupe(hits: Sequence[Hit], cosine_threshold: float = DUPLICATE_COSINE,
            overlap_threshold: float = DUPLICATE_OVERLAP) -> list[Hit]:
-    """Hits in order, without any that duplicates a better-ranked kept hit (see is_duplicate)."""
-    kept: list[Hit] = []
-    for hit in hits:
-        if not any(is_duplicate(hit, other, cosine_threshold, overlap_threshold) for other in kept):
-            kept.append(hit)
-    return kept
+    """Hits in order, without any that duplicates a better-ranked kept hit (see is_duplicate).
+
+    Same decisions as pairwise is_duplicate, computed with one similarity matrix and shingles built once."""
+    similarity = _cosine_matrix(hits)
+    shingles: dict[int, set[tuple[str, ...]]] = {}
+
+    def overlap(i: int, j: int) -> float:
+        for index in (i, j):
+            if index not in shingles:
+                shingles[index] = _shingles(hits[index].payload.get("text", ""))
+        first, second = shingles[i], shingles[j]
+        return len(first & second) / min(len(first), len(second)) if first and second else 0.0
+
+    kept: list[int] = []
+    for index, hit in enumerate(hits):
+        sha = hit.payload.get("sha")
+        duplicate = any(
+            (sha is not None and sha == hits[other].payload.get("sha") and overlap(index, other) >= overlap_threshold)
+            or (similarity is not None and hit.vector is not None and hits[other].vector is not None
+                and similarity[index, other] > cosine_threshold)
+            for other in kept
+        )
+        if not duplicate:
+            kept.append(index)
+    return [hits[index] for index in kept]
+
+
+def _cosine_matrix(hits: Sequence[Hit]) -> np.ndarray | None:
+    """Pairwise cosine of the hits' vectors (rows of hits without a vector are zero), or None if none has one."""
+    if not any(hit.vector is not None for hit in hits):
+        return None
+    dimension = len(next(hit.vector for hit in hits if hit.vector is not None))
+    matrix = np.zeros((len(hits), dimension), dtype=np.float64)
+    for index, hit in enumerate(hits):
+        if hit.vector is not None:
+            matrix[index] = hit.vector
+    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-300)
+    return matrix @ matrix.T
 
 
 def mmr(hits: Sequence[Hit], query_vector: Sequence[float], lambda_: float = 0.7, top_k: int = 10) -> list[Hit]:
