@@ -10,7 +10,9 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rag_pipeline.answer import Answerer, GuardrailSettings
 from rag_pipeline.embed import Embedder, EmbedderUnavailable, declared_dimension, shared_embedder
+from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, OllamaGenerator
 from rag_pipeline.index.vector_store import HnswSettings, VectorStore, open_vector_store
 from rag_pipeline.llm import OllamaLLM
 from rag_pipeline.retrieve.hyde import Hyde
@@ -108,3 +110,34 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) ->
     return Retriever(store, query_embedder, retrieval_settings(settings), reranker=reranker,
                      rerank_multiplier=settings.rerank_candidate_multiplier,
                      rerank_min_score=settings.rerank_min_score, cache=cache, hyde=hyde)
+
+
+def guardrail_settings(settings: Settings) -> GuardrailSettings:
+    return GuardrailSettings(scan=settings.guard_scan, spotlight=settings.guard_spotlight,
+                             hierarchy=settings.guard_hierarchy, output=settings.guard_output)
+
+
+def llm(settings: Settings) -> OllamaLLM | None:
+    """The configured chat LLM, or None without RAG_OLLAMA_URL."""
+    if not settings.ollama_url:
+        return None
+    return OllamaLLM(settings.ollama_url, settings.ollama_chat_model, temperature=settings.llm_temperature,
+                     max_tokens=settings.llm_max_tokens, context_window=settings.llm_context_window,
+                     timeout=settings.llm_timeout_s, retries=settings.llm_retries)
+
+
+def answerer(settings: Settings, retriever: Retriever) -> Answerer:
+    """The configured answerer over `retriever`: generator, guardrail layers, budget and chunk filter."""
+    chat = llm(settings)
+    if settings.generator == "ollama" and chat is None:
+        raise ValueError("RAG_GENERATOR=ollama needs RAG_OLLAMA_URL")
+    generator: Generator = ExtractiveGenerator(retriever.embedder, threshold=settings.extractive_threshold)
+    if chat is not None and settings.generator != "extractive":
+        generator = OllamaGenerator(chat)
+    if settings.chunk_filter and chat is None:
+        raise ValueError("RAG_CHUNK_FILTER=true needs an LLM: set RAG_OLLAMA_URL")
+    return Answerer(retriever, generator, guardrails=guardrail_settings(settings),
+                    budget_tokens=settings.context_budget_tokens,
+                    chunk_filter=chat if settings.chunk_filter else None,
+                    chunk_filter_threshold=settings.chunk_filter_threshold,
+                    fallback=ExtractiveGenerator(retriever.embedder, threshold=settings.extractive_threshold))

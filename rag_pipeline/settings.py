@@ -107,6 +107,19 @@ class Settings(BaseSettings):
     llm_timeout_s: float = 60.0
     llm_retries: int = 2
 
+    # Answers. generator "auto": the Ollama LLM when RAG_OLLAMA_URL is set (extractive if it cannot be
+    # reached), else extractive; "extractive" never calls an LLM.
+    generator: Literal["auto", "extractive", "ollama"] = "auto"
+    context_budget_tokens: int = 2800
+    extractive_threshold: float = 0.35  # extractive answers need a sentence scoring at least this
+    chunk_filter: bool = False  # the LLM rates retrieved chunks and drops those below chunk_filter_threshold
+    chunk_filter_threshold: float = 0.5
+    # Prompt-injection guardrail layers.
+    guard_scan: bool = True  # scan question and chunks; quarantine high-severity chunks
+    guard_spotlight: bool = True  # passages wrapped in a random sentinel, declared inert data
+    guard_hierarchy: bool = True  # trusted rules restated after the context
+    guard_output: bool = True  # validate the answer (URLs, citations, leaks, followed injections)
+
     # HTTP API.
     api_max_body_bytes: int = 64 * 1024
 

@@ -3,7 +3,7 @@
 import dagster as dg
 from pydantic import Field
 
-from rag_pipeline.answer import Answer, answer_stream
+from rag_pipeline.components import answerer
 from rag_pipeline.defs.resources import RetrievalResource
 from rag_pipeline.serve.api import search_json
 
@@ -42,12 +42,11 @@ def _answer(context: dg.OpExecutionContext, config: AnswerQuestionConfig, retrie
             filters: dict | None) -> dict:
     with retrieval.retriever() as retriever:
         if config.generate:
-            answer = [item for item in answer_stream(retriever, config.question, config.top_k, filters)
-                      if isinstance(item, Answer)][0]
+            answer = answerer(retrieval.settings, retriever).answer(config.question, config.top_k, filters)
             output = answer.to_json()
             results = [{"path": s.path, "header": s.heading, "line_start": s.line_start, "page": s.page,
                         "score": s.score} for s in answer.sources]
-            text, generator = answer.answer, answer.generator or "none"
+            text, generator = answer.answer, answer.generator
             timings, warnings = answer.timings_ms, answer.warnings
         else:
             output = search_json(retriever.search(config.question, top_k=config.top_k, filters=filters))

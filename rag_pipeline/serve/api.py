@@ -31,7 +31,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rag_pipeline import components
-from rag_pipeline.answer import Answer, answer_stream
+from rag_pipeline.answer import Answerer
+from rag_pipeline.generate.result import Answer
 from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever, StoreUnavailable
@@ -182,13 +183,14 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     settings = settings or Settings()
     metrics = Metrics()
     ingest_jobs = IngestJobs(settings.data_dir)
-    state: dict[str, Retriever] = {}
+    state: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         owned = retriever is None
         state["retriever"] = retriever or await run_in_threadpool(components.open_retriever, settings)
         try:
+            state["answerer"] = components.answerer(settings, state["retriever"])
             yield
         finally:
             if owned:
@@ -215,7 +217,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     async def ask(request: Request) -> Response:
         body = await read_body(request, {"question", "top_k", "filters"})
         question, top_k, filters = query_arguments(body, "question", settings.top_k)
-        events = answer_stream(state["retriever"], question, top_k, filters)
+        answerer: Answerer = state["answerer"]
+        events = answerer.stream(question, top_k, filters)
         first = await run_in_threadpool(next, events)  # retrieval errors surface here, before the stream starts
 
         def stream() -> Iterator[str]:

@@ -32,6 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     ask = commands.add_parser("ask", parents=[common, query], help="answer a question with cited sources")
     ask.add_argument("question")
+    guard = commands.add_parser("guard-eval", parents=[common],
+                                help="ingest the prompt-injection corpus into its own data dir and report attack "
+                                     "success and false-positive rates per guardrail layer")
+    guard.add_argument("--cases", default=str(Path(__file__).resolve().parents[2] / "golden" / "attacks" /
+                                              "cases.yaml"), help="cases.yaml of the attack corpus")
+    guard.add_argument("--top-k", type=int, default=5)
     serve = commands.add_parser("serve", parents=[common], help="run the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -51,8 +57,8 @@ def parse_filters(items: list[str]) -> dict[str, str | list[str]] | None:
 
 def run_query(args: argparse.Namespace) -> int:
     """`search` and `ask`: open the configured retriever, run, print (JSON or readable), close."""
-    from rag_pipeline.answer import Answer, answer_stream
-    from rag_pipeline.components import open_retriever
+    from rag_pipeline.components import answerer, open_retriever
+    from rag_pipeline.generate.result import Answer
     from rag_pipeline.serve.api import search_json
     from rag_pipeline.settings import Settings
 
@@ -68,7 +74,7 @@ def run_query(args: argparse.Namespace) -> int:
             else:
                 print_search(output)
             return 0
-        for item in answer_stream(retriever, args.question, top_k=top_k, filters=filters):
+        for item in answerer(settings, retriever).stream(args.question, top_k=top_k, filters=filters):
             if isinstance(item, Answer):
                 if args.json:
                     print(json.dumps(item.to_json()))
@@ -79,6 +85,35 @@ def run_query(args: argparse.Namespace) -> int:
         return 0
     finally:
         retriever.close()
+
+
+def run_guard_eval(args: argparse.Namespace) -> int:
+    """Ingest the attack corpus into <data dir>/guard_eval (its own collection and sidecar), run the ablation."""
+    from rag_pipeline.components import answerer, open_retriever
+    from rag_pipeline.generate.guard_eval import evaluate, format_table, load_cases
+    from rag_pipeline.serve.ingest import ingest
+    from rag_pipeline.settings import Settings
+
+    cases_path = Path(args.cases)
+    try:
+        cases = load_cases(cases_path)
+    except (OSError, ValueError) as error:
+        print(f"rag-pipeline: {error}", file=sys.stderr)
+        return 2
+    data_dir = Path(args.data_dir) / "guard_eval"
+    summary = ingest([cases_path.parent / "docs"], data_dir, progress=not args.json)
+    if summary["failed"]:
+        print(f"rag-pipeline: {len(summary['failed'])} attack documents failed to ingest: {summary['failed']}",
+              file=sys.stderr)
+    settings = Settings(data_dir=data_dir, semantic_cache=False)
+    retriever = open_retriever(settings, semantic_cache=False)
+    try:
+        report = evaluate(answerer(settings, retriever), cases, top_k=args.top_k,
+                          progress=None if args.json else lambda name: print(f"running: {name}", file=sys.stderr))
+    finally:
+        retriever.close()
+    print(json.dumps(report) if args.json else format_table(report))
+    return 0
 
 
 def print_search(output: dict[str, Any]) -> None:
@@ -144,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, StoreUnavailable, RuntimeError) as error:
             print(f"rag-pipeline: {error}", file=sys.stderr)
             return 2 if isinstance(error, ValueError) else 1
+    elif args.command == "guard-eval":
+        return run_guard_eval(args)
     elif args.command == "serve":
         from rag_pipeline.serve.api import serve
         from rag_pipeline.settings import Settings
