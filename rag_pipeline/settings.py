@@ -111,7 +111,7 @@ class Settings(BaseSettings):
     # reached), else extractive; "extractive" never calls an LLM.
     generator: Literal["auto", "extractive", "ollama"] = "auto"
     context_budget_tokens: int = 2800
-    extractive_threshold: float = 0.35  # extractive answers need a sentence scoring at least this
+    extractive_threshold: float = 0.40  # extractive answers need a sentence scoring at least this
     chunk_filter: bool = False  # the LLM rates retrieved chunks and drops those below chunk_filter_threshold
     chunk_filter_threshold: float = 0.5
     # Prompt-injection guardrail layers.

@@ -134,18 +134,26 @@ def test_unknown_route_and_method(api: str) -> None:
 
 
 def test_ask_streams_tokens_then_sources(api: str) -> None:
-    with httpx.stream("POST", f"{api}/ask", json={"question": "What severity is a full outage?", "top_k": 3}) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
+    with httpx.stream("POST", f"{api}/ask", json={"question": "What do ducks eat?", "top_k": 3}) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        text = "".join(response.iter_text())
     events = parse_sse(text)
     kinds = [kind for kind, _ in events]
     assert kinds[-1] == "done" and set(kinds[:-1]) == {"token"} and len(kinds) >= 2
     final = events[-1][1]
     assert final["answer"] == "".join(data["text"] for _, data in events[:-1])
-    assert final["generator"] is None and "No answer generator is configured" in final["answer"]
-    assert [source["number"] for source in final["sources"]] == [1, 2, 3] == final["citations"]
-    assert final["sources"][0]["path"].endswith("incident-runbook.md")
-    assert {"path", "heading", "page", "sha", "chunk_id", "score"} <= set(final["sources"][0])
+    assert final["generator"] == "extractive" and final["answer"].startswith("Ducks eat food sources")
+    assert final["citations"] and set(final["citations"]) <= {source["number"] for source in final["sources"]}
+    cited = final["sources"][final["citations"][0] - 1]
+    assert cited["path"].endswith("duck.html")
+    assert {"path", "heading", "page", "sha", "chunk_id", "score"} <= set(cited)
+    assert final["guardrails"]["refused"] is False and final["guardrails"]["quarantined"] == []
+
+
+def test_ask_out_of_scope_says_i_dont_know(api: str) -> None:
+    response = httpx.post(f"{api}/ask", json={"question": "Who won the 2018 football World Cup?"})
+    final = parse_sse(response.text)[-1][1]
+    assert final["answer"].startswith("I don't know") and final["citations"] == []
 
 
 def test_ask_bad_input_is_json_not_a_stream(api: str) -> None:

@@ -27,8 +27,8 @@ def sources_table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
-@dg.op(description="Retrieve (and, when a generator is configured, answer) one question; the answer, sources "
-                   "and per-stage timings are recorded as output metadata.")
+@dg.op(description="Answer one question with cited sources (or only retrieve, generate=False); the answer, "
+                   "sources, guardrail report and per-stage timings are recorded as output metadata.")
 def answer_question_op(context: dg.OpExecutionContext, config: AnswerQuestionConfig,
                        retrieval: RetrievalResource) -> dict:
     filters = {key: values[0] if len(values) == 1 else values for key, values in config.filters.items()} or None
@@ -48,14 +48,18 @@ def _answer(context: dg.OpExecutionContext, config: AnswerQuestionConfig, retrie
                         "score": s.score} for s in answer.sources]
             text, generator = answer.answer, answer.generator
             timings, warnings = answer.timings_ms, answer.warnings
+            guard = {"quarantined_chunks": len(answer.guardrails["quarantined"]),
+                     "flagged_chunks": len(answer.guardrails["flagged"]), "refused": answer.guardrails["refused"],
+                     "cited_sources": len(answer.citations)}
         else:
             output = search_json(retriever.search(config.question, top_k=config.top_k, filters=filters))
             results, text, generator = output["results"], "", "none (retrieval only)"
-            timings, warnings = output["timings_ms"], output["warnings"]
+            timings, warnings, guard = output["timings_ms"], output["warnings"], {}
     metadata: dict = {
         "question": config.question, "generator": generator, "sources_count": len(results),
         "sources": dg.MetadataValue.md(sources_table(results)),
         **{f"{stage}_ms": dg.MetadataValue.float(round(value, 3)) for stage, value in timings.items()},
+        **guard,
     }
     if text:
         metadata["answer"] = dg.MetadataValue.md(text)

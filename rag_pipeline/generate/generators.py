@@ -26,6 +26,10 @@ _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])[\"')\]”’]*\s+(?=[A-Z0-9\"“(\[])"
 _WORD = re.compile(r"[a-z0-9]+")
 _LIST_MARKER = re.compile(r"^\s*(?:[-*+>]|\d+[.)])\s+")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}")
+_FOOTNOTE = re.compile(r"\[\[\s*[^\]]{1,12}\s*\]\]\([^)]*\)|\[\s*\d{1,3}\s*\]")  # "[[ 9 ]](#cite..)", "[9]"
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")  # markdown link or image: keep the label
+_EMPHASIS = re.compile(r"(\*\*|__|\*|`)")
+_LETTERS = re.compile(r"[^\W\d_]{2,}")
 STOPWORDS = frozenset(
     "a an and are as at be by can do does for from has have how i in is it its of on or should that the their "
     "there this to was we what when where which who why will with you your my our they them than then into "
@@ -62,10 +66,16 @@ class Sentence:
     text: str
     source: int  # the source number
     position: int  # order within the source
+    heading: str = ""  # the heading path of the chunk
 
 
 def content_words(text: str) -> set[str]:
     return {word for word in _WORD.findall(text.lower()) if word not in STOPWORDS and len(word) > 1}
+
+
+def plain_text(markdown: str) -> str:
+    """Markdown inline markup removed: footnote markers dropped, links and images replaced by their labels."""
+    return _EMPHASIS.sub("", _LINK.sub(r"\1", _FOOTNOTE.sub("", markdown)))
 
 
 def sentences_of(source: Source, min_words: int = 4) -> list[Sentence]:
@@ -83,14 +93,17 @@ def sentences_of(source: Source, min_words: int = 4) -> list[Sentence]:
             cells = [cell.strip() for cell in stripped.strip("|").split("|") if cell.strip()]
             lines += ["", "; ".join(cells) + ".", ""]
             continue
-        lines.append(_LIST_MARKER.sub("", stripped))
-    paragraphs = [" ".join(block.split()) for block in "\n".join(lines).split("\n\n")]
+        if _LIST_MARKER.match(stripped):  # each list item stands alone
+            lines += ["", _LIST_MARKER.sub("", stripped), ""]
+            continue
+        lines.append(stripped)
+    paragraphs = [" ".join(plain_text(block).split()) for block in "\n".join(lines).split("\n\n")]
     found = []
     for paragraph in paragraphs:
         for piece in _SENTENCE_SPLIT.split(paragraph):
             piece = piece.strip()
-            if len(piece.split()) >= min_words:
-                found.append(Sentence(piece, source.number, len(found)))
+            if len(_LETTERS.findall(piece)) >= min_words:  # prose, not a run of numbers or markup
+                found.append(Sentence(piece, source.number, len(found), source.heading))
     return found
 
 
@@ -101,7 +114,7 @@ class ExtractiveGenerator(Generator):
 
     name = "extractive"
 
-    def __init__(self, embedder: Embedder | None, *, threshold: float = 0.35, max_sentences: int = 3,
+    def __init__(self, embedder: Embedder | None, *, threshold: float = 0.40, max_sentences: int = 3,
                  similarity_weight: float = 0.7, margin: float = 0.15) -> None:
         self.embedder = embedder
         self.threshold = threshold
@@ -110,12 +123,14 @@ class ExtractiveGenerator(Generator):
         self.margin = margin  # sentences more than this below the best are left out
 
     def score(self, question: str, sentences: Sequence[Sentence]) -> list[float]:
+        """Each sentence scored in its context: the heading path it sits under, then the sentence."""
         wanted = content_words(question)
-        overlap = np.array([len(wanted & content_words(s.text)) / len(wanted) if wanted else 0.0
-                            for s in sentences])
+        contextual = [f"{s.heading}: {s.text}" if s.heading else s.text for s in sentences]
+        overlap = np.array([len(wanted & content_words(text)) / len(wanted) if wanted else 0.0
+                            for text in contextual])
         if self.embedder is None:
             return overlap.tolist()
-        vectors = self.embedder.embed_documents([s.text for s in sentences])
+        vectors = self.embedder.embed_documents(contextual)
         query = self.embedder.embed_queries([question])[0]
         similarity = vectors @ query
         return (self.similarity_weight * similarity + (1 - self.similarity_weight) * overlap).tolist()
