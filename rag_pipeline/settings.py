@@ -120,6 +120,15 @@ class Settings(BaseSettings):
     guard_hierarchy: bool = True  # trusted rules restated after the context
     guard_output: bool = True  # validate the answer (URLs, citations, leaks, followed injections)
 
+    # Evaluation: the golden set, the nightly schedule of the eval job, and the quality gate of eval_report
+    # (Recall@5 and NDCG@10 not below the floors and not more than eval_max_drop below the previous run).
+    eval_golden_path: Path = Path(__file__).resolve().parents[1] / "golden" / "sample_golden.yaml"
+    eval_cron: str = "0 2 * * *"
+    eval_min_recall_at_5: float = 0.5
+    eval_min_ndcg_at_10: float = 0.4
+    eval_max_drop: float = 0.05
+    eval_judge: bool = True  # with RAG_OLLAMA_URL, also LLM-judged answer metrics
+
     # HTTP API.
     api_max_body_bytes: int = 64 * 1024
 

@@ -6,6 +6,7 @@ retries briefly when another process holds the file lock.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -52,6 +53,8 @@ CREATE TABLE IF NOT EXISTS redactions (sha VARCHAR NOT NULL, shard VARCHAR NOT N
     count INTEGER, PRIMARY KEY (sha, kind));
 CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR, asset VARCHAR, shards VARCHAR, added INTEGER, skipped INTEGER,
     purged INTEGER, failed INTEGER, seconds DOUBLE, finished_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS eval_runs (run_id VARCHAR, golden VARCHAR, index_version VARCHAR, collection VARCHAR,
+    questions INTEGER, metrics JSON, finished_at TIMESTAMP);
 """
 CHUNK_COLUMNS = ["chunk_id", "sha", "shard", "chunk_set", "chunk_index", "heading_path", "line_start", "page", "chars"]
 
@@ -180,6 +183,21 @@ class Sidecar:
                 [run_id, asset, ",".join(shards), counts.get("added", 0), counts.get("skipped", 0),
                  counts.get("purged", 0), counts.get("failed", 0), seconds, now()],
             )
+
+    def record_eval(self, run_id: str, golden: str, index_version: str, collection: str, questions: int,
+                    metrics: dict[str, float]) -> None:
+        """One evaluation's mean metrics, for the history the eval report compares against."""
+        with self.connect() as con:
+            con.execute("INSERT INTO eval_runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [run_id, golden, index_version, collection, questions, json.dumps(metrics), now()])
+
+    def eval_history(self, golden: str, limit: int = 20) -> list[dict[str, Any]]:
+        """The latest evaluations of a golden set, newest first, metrics decoded."""
+        with self.connect() as con:
+            rows = records(con.execute(
+                "SELECT run_id, golden, index_version, collection, questions, metrics, finished_at FROM eval_runs "
+                "WHERE golden = ? ORDER BY finished_at DESC LIMIT ?", [golden, limit]))
+        return [{**row, "metrics": json.loads(row["metrics"])} for row in rows]
 
     def query(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         """A read-only question to the sidecar (count, list, group by)."""

@@ -32,6 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     ask = commands.add_parser("ask", parents=[common, query], help="answer a question with cited sources")
     ask.add_argument("question")
+    evaluate = commands.add_parser("eval", parents=[common], help="retrieval and answer metrics on a golden set")
+    evaluate.add_argument("--golden", default=None, help="golden YAML (default: $RAG_EVAL_GOLDEN_PATH, else "
+                                                         "golden/sample_golden.yaml)")
+    evaluate.add_argument("--top-k", type=int, default=10)
+    evaluate.add_argument("--granularity", choices=("file", "chunk"), default="file")
+    evaluate.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
+    beir = commands.add_parser("beir", parents=[common],
+                               help="ingest a BEIR dataset into its own data dir and score every retrieval mode")
+    beir.add_argument("dataset_dir")
+    beir.add_argument("--split", default="test")
+    beir.add_argument("--modes", default="dense,sparse,hybrid,hybrid-dbsf,blend",
+                      help="comma-separated: dense, sparse, hybrid, hybrid-dbsf, blend (hybrid-rerank is added when "
+                           "RAG_RERANK_MODEL_PATH is set)")
+    beir.add_argument("--depth", type=int, default=300, help="chunks retrieved per query")
     guard = commands.add_parser("guard-eval", parents=[common],
                                 help="ingest the prompt-injection corpus into its own data dir and report attack "
                                      "success and false-positive rates per guardrail layer")
@@ -85,6 +99,64 @@ def run_query(args: argparse.Namespace) -> int:
         return 0
     finally:
         retriever.close()
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from rag_pipeline.evaluate.golden import GoldenSetError
+    from rag_pipeline.evaluate.service import evaluate_index, format_report
+    from rag_pipeline.settings import Settings
+
+    try:
+        report = evaluate_index(Settings(data_dir=args.data_dir), args.golden, top_k=args.top_k,
+                                granularity=args.granularity, with_answers=not args.no_answers)
+    except GoldenSetError as error:
+        print(f"rag-pipeline: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
+
+
+def run_beir(args: argparse.Namespace) -> int:
+    """Write the corpus as files under <data dir>/beir/<name>/corpus, ingest it into <data dir>/beir/<name>/data
+    (its own collection and sidecar), then score each retrieval mode on the split's queries."""
+    from rag_pipeline.components import open_retriever
+    from rag_pipeline.evaluate.beir import evaluate_modes, format_table, load_beir, write_corpus
+    from rag_pipeline.serve.ingest import ingest
+    from rag_pipeline.settings import Settings
+
+    try:
+        dataset = load_beir(args.dataset_dir, args.split)
+    except (OSError, ValueError) as error:
+        print(f"rag-pipeline: {error}", file=sys.stderr)
+        return 2
+    work = Path(args.data_dir) / "beir" / dataset.name
+    documents = write_corpus(dataset, work / "corpus")
+    summary = ingest([work / "corpus"], work / "data", progress=not args.json)
+    settings = Settings(data_dir=work / "data", semantic_cache=False)
+    variants = {"dense": {"retrieval_mode": "dense"}, "sparse": {"retrieval_mode": "sparse"},
+                "hybrid": {"retrieval_mode": "hybrid", "fusion": "rrf"},
+                "hybrid-dbsf": {"retrieval_mode": "hybrid", "fusion": "dbsf", "fusion_weights": None},
+                "blend": {"retrieval_mode": "blend"}}
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    unknown = [mode for mode in modes if mode not in variants]
+    if unknown:
+        print(f"rag-pipeline: unknown mode(s) {', '.join(unknown)}; allowed: {', '.join(variants)}", file=sys.stderr)
+        return 2
+    if settings.rerank_model_path:
+        variants["hybrid-rerank"] = {"retrieval_mode": "hybrid"}
+        modes.append("hybrid-rerank")
+
+    def open_mode(mode: str):
+        overrides = {**variants[mode], "rerank_model_path": settings.rerank_model_path if mode.endswith("rerank")
+                     else None}
+        return open_retriever(settings.model_copy(update=overrides), semantic_cache=False)
+
+    report = evaluate_modes(dataset, open_mode, modes, depth=args.depth,
+                            progress=None if args.json else lambda mode: print(f"scoring {mode}", file=sys.stderr))
+    report["ingest"] = {"documents": documents, "seconds": summary["seconds"], "added": summary["added"],
+                        "chunks": summary["chunks"], "failed": len(summary["failed"])}
+    print(json.dumps(report) if args.json else format_table(report))
+    return 0
 
 
 def run_guard_eval(args: argparse.Namespace) -> int:
@@ -179,6 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, StoreUnavailable, RuntimeError) as error:
             print(f"rag-pipeline: {error}", file=sys.stderr)
             return 2 if isinstance(error, ValueError) else 1
+    elif args.command == "eval":
+        return run_eval(args)
+    elif args.command == "beir":
+        return run_beir(args)
     elif args.command == "guard-eval":
         return run_guard_eval(args)
     elif args.command == "serve":
