@@ -37,10 +37,19 @@ dev: install
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) RAG_DATA_DIR=$(abspath $(DATA_DIR)) RAG_ROOTS=$${RAG_ROOTS:-$(abspath golden/corpus)} \
 		$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
+BENCH_DIR ?= .bench
+SCIFACT ?= ../shared/datasets/scifact
+
 bench: install
 	$(BIN)/python bench/bench_convert.py
 	$(BIN)/python bench/bench_embed.py
-	$(BIN)/python bench/bench_ingest.py
+	$(BIN)/python bench/bench_ingest.py --work $(BENCH_DIR)
+	$(BIN)/python bench/bench_query.py --work $(BENCH_DIR)
+	# the BEIR run ingests the same texts into its own data dir: seed its embedding cache from the ingest bench
+	mkdir -p $(BENCH_DIR)/beir/scifact/data
+	cp -n $(BENCH_DIR)/data/embedding_cache.sqlite $(BENCH_DIR)/beir/scifact/data/ || true
+	$(BIN)/rag-pipeline beir $(SCIFACT) --split test --data-dir $(BENCH_DIR)
+	$(BIN)/rag-pipeline guard-eval --data-dir $(BENCH_DIR)
 
 clean:
-	rm -rf $(DATA_DIR)
+	rm -rf $(DATA_DIR) $(BENCH_DIR)
