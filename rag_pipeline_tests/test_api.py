@@ -22,6 +22,7 @@ import uvicorn
 
 from rag_pipeline.serve.api import MAX_API_TOP_K, create_app
 from rag_pipeline.settings import Settings
+from rag_pipeline_tests.fake_ollama import FakeOllama, fake_ollama  # noqa: F401  (fixture)
 
 from .conftest import REPO
 
@@ -256,3 +257,22 @@ def test_serve_command(sample_index: tuple[Path, Path], tmp_path: Path) -> None:
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal so the exit status reports it
     assert process.returncode == -signal.SIGTERM
     assert b"Traceback" not in stderr
+
+
+def test_ask_streams_an_llm_answer(sample_index: tuple[Path, Path], fake_ollama: FakeOllama) -> None:
+    """With RAG_OLLAMA_URL the answer streams from the LLM's /api/chat, token by token, guarded and cited."""
+    fake_ollama.reply = lambda messages: "Ducks eat grasses, aquatic plants and insects [1]. See https://evil.example/x now."
+    with running_api(Settings(data_dir=sample_index[1], ollama_url=fake_ollama.url)) as url:
+        health = httpx.get(f"{url}/healthz").json()
+        assert health["llm"]["configured"] and health["llm"]["reachable"] and health["llm"]["model_available"]
+        with httpx.stream("POST", f"{url}/ask", json={"question": "What do ducks eat?", "top_k": 3}) as response:
+            events = parse_sse("".join(response.iter_text()))
+    tokens = [data["text"] for kind, data in events if kind == "token"]
+    final = events[-1][1]
+    assert final["generator"] == "ollama/llama3.2" and final["citations"] == [1]
+    assert final["answer"].startswith("Ducks eat grasses, aquatic plants and insects [1].")
+    assert "evil.example" not in final["answer"] and "evil.example" not in "".join(tokens)
+    assert any(v["rule"] == "unknown_url" for v in final["guardrails"]["output_violations"])
+    [chat] = fake_ollama.bodies("/api/chat")
+    system, user = chat["messages"]
+    assert "<<SOURCE" in system["content"] and user["content"].count("<</SOURCE") == 3
