@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     max_file_bytes: int = 50 * 1024 * 1024
 
     # Shards: a document's shard is the first `shard_hex_digits` hex digits of its SHA-256 (16 or 256 shards).
-    shard_hex_digits: Literal[1, 2] = 1
+    shard_hex_digits: int = Field(1, ge=1, le=2)
 
     # Conversion. "native": docling's model-free PDF path with our font-based layout recovery;
     # "layout_model": docling's standard pipeline (needs its layout weights installed locally).

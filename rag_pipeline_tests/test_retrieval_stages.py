@@ -39,6 +39,14 @@ def test_index_version_changes_on_mark(store: VectorStore) -> None:
     assert second != first and store.index_version() == second
 
 
+def test_info_on_both_backends(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    version = store.mark_changed()
+    info = store.info()
+    assert info["points"] == len(points) and info["segments"] >= 1 and info["index_version"] == version
+    assert info["collection"] == store.collection and info["backend"] in ("embedded", "server")
+
+
 # --- reranking ---------------------------------------------------------------------------------------------
 
 

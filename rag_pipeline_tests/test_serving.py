@@ -121,3 +121,15 @@ def test_open_retriever_configuration_errors(sample_index: tuple[Path, Path], tm
         open_retriever(Settings(data_dir=data_dir, hyde="standard"))
     with pytest.raises(RerankerUnavailable, match="RAG_RERANK_MODEL_PATH"):
         open_retriever(Settings(data_dir=data_dir, rerank_model_path=str(tmp_path / "missing")))
+
+
+def test_shard_digits_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pydantic import ValidationError
+
+    from rag_pipeline.settings import Settings
+
+    monkeypatch.setenv("RAG_SHARD_HEX_DIGITS", "2")
+    assert Settings().shard_count == 256
+    monkeypatch.setenv("RAG_SHARD_HEX_DIGITS", "3")
+    with pytest.raises(ValidationError):
+        Settings()

@@ -154,6 +154,13 @@ class EdgeStore(VectorStore):
         """Run the segment optimizers (merging, HNSW building, vacuum), which qdrant-edge never runs by itself."""
         self._shard.optimize()
 
+    def info(self) -> dict[str, Any]:
+        shard = self._shard.info()
+        return {"collection": self.collection, "backend": "embedded", "path": str(self.path),
+                "points": shard.points_count, "segments": shard.segments_count,
+                "indexed_vectors": shard.indexed_vectors_count, "status": "ok",
+                "payload_indexes": sorted(shard.payload_schema), "index_version": self.index_version()}
+
     def index_version(self) -> str:
         try:
             return self._version_path.read_text().strip() or "0"

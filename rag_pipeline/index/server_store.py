@@ -184,6 +184,14 @@ class ServerStore(VectorStore):
     def optimize(self) -> None:
         """Nothing to do: the server runs its optimizers by itself."""
 
+    def info(self) -> dict[str, Any]:
+        collection = self.client.get_collection(self.collection)
+        return {"collection": self.collection, "backend": "server", "points": collection.points_count,
+                "segments": collection.segments_count, "indexed_vectors": collection.indexed_vectors_count,
+                "status": str(getattr(collection.status, "value", collection.status)),
+                "payload_indexes": sorted(collection.payload_schema or {}),
+                "index_version": str((collection.config.metadata or {}).get(INDEX_VERSION_KEY, "0"))}
+
     def index_version(self) -> str:
         metadata = self.client.get_collection(self.collection).config.metadata or {}
         return str(metadata.get(INDEX_VERSION_KEY, "0"))

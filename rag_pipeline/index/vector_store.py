@@ -200,6 +200,10 @@ class VectorStore(ABC):
         """Bring indexes up to date after a bulk load."""
 
     @abstractmethod
+    def info(self) -> dict[str, Any]:
+        """Collection facts for operators: points, segments, indexed vectors, payload indexes, index version."""
+
+    @abstractmethod
     def index_version(self) -> str:
         """An opaque version of the collection's contents ("0" before the first change): caches keyed on it
         are invalid once it differs."""

@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
     guard.add_argument("--cases", default=str(Path(__file__).resolve().parents[2] / "golden" / "attacks" /
                                               "cases.yaml"), help="cases.yaml of the attack corpus")
     guard.add_argument("--top-k", type=int, default=5)
+    inspect = commands.add_parser("inspect",
+                                  help="documents, chunks, failures, redactions and the collection, from the sidecar "
+                                       "and the store")
+    from rag_pipeline.serve.inspect import add_arguments
+
+    add_arguments(inspect, common)
     serve = commands.add_parser("serve", parents=[common], help="run the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -257,6 +263,16 @@ def main(argv: list[str] | None = None) -> int:
         return run_beir(args)
     elif args.command == "guard-eval":
         return run_guard_eval(args)
+    elif args.command == "inspect":
+        from rag_pipeline.serve.inspect import format_rows, inspect
+        from rag_pipeline.settings import Settings
+
+        try:
+            rows, title = inspect(Settings(data_dir=args.data_dir), args)
+        except LookupError as error:
+            print(f"rag-pipeline: {error.args[0]}", file=sys.stderr)
+            return 2
+        print(json.dumps(rows, default=str) if args.json else format_rows(rows, title))
     elif args.command == "serve":
         from rag_pipeline.serve.api import serve
         from rag_pipeline.settings import Settings

@@ -1,0 +1,50 @@
+# syntax=docker/dockerfile:1
+# One image for every rag_pipeline service of docker-compose.yml: the Dagster code location (default CMD, a gRPC
+# code server on port 4000), dagster-webserver, dagster-daemon and the HTTP API (`rag-pipeline serve`).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    HF_HUB_DISABLE_PROGRESS_BARS=1 \
+    DAGSTER_HOME=/opt/dagster/home
+
+WORKDIR /app
+
+# 1. The CPU torch wheel first, from PyTorch's CPU index: the project's torch==2.13.0 pin is then already
+#    satisfied (2.13.0+cpu), so no later install pulls the CUDA build.
+RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+
+# 2. The project's pinned dependencies, read from pyproject.toml (this layer is rebuilt only when that file
+#    changes), and PostgreSQL storage for the Dagster instance (dagster-postgres 0.29.27 pairs with dagster 1.13.27).
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+ && pip install -r /tmp/requirements.txt dagster-postgres==0.29.27 \
+ && rm /tmp/requirements.txt
+
+# 3. The project itself (.dockerignore keeps .venv, .rag_data, .bench, caches and .git out). Installed in place
+#    (editable, dependencies already there): rag_pipeline.definitions loads the defs folder through
+#    dg.load_from_defs_folder, which needs /app/pyproject.toml ([tool.dg]) above the package, and the default
+#    golden set (golden/sample_golden.yaml) is found next to the package; a copy in site-packages has neither.
+COPY . .
+RUN pip install --no-deps -e . \
+ && if pip show --quiet torchvision 2>/dev/null; then echo "torchvision got installed; it breaks docling's import" >&2; exit 1; fi \
+ && python -c "import torch; assert torch.__version__ == '2.13.0+cpu', torch.__version__" \
+ && pip check
+
+# Instance config (PostgreSQL storage, run queue, pool limits) and the workspace of the webserver and daemon.
+COPY deploy/dagster/dagster.yaml deploy/dagster/workspace.yaml /opt/dagster/home/
+
+# An unprivileged user; named volumes mounted on /data and /opt/dagster/storage start out owned by it.
+RUN useradd --create-home --uid 10001 rag \
+ && mkdir -p /data /corpus /opt/dagster/storage \
+ && chown -R rag /data /opt/dagster
+USER rag
+
+EXPOSE 4000 3000 8000
+CMD ["dagster", "code-server", "start", "-h", "0.0.0.0", "-p", "4000", "-m", "rag_pipeline.definitions", \
+     "--location-name", "rag_pipeline"]

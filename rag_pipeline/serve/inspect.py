@@ -1,0 +1,105 @@
+"""`rag-pipeline inspect`: what the sidecar and the vector store hold, as tables or JSON.
+
+    inspect documents [--status ok|failed] [--type pdf] [--path SUBSTRING] [--limit N]
+    inspect chunks PATH_OR_SHA          a document's chunks: index, heading path, line, page, size, text
+    inspect failures                    failed documents and refused files, with the reasons
+    inspect redactions                  redaction totals by kind
+    inspect collection                  points, segments, indexed vectors, payload indexes, index version
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rag_pipeline import components
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.settings import Settings
+from rag_pipeline.sync import read_chunks
+
+TEXT_PREVIEW = 80
+
+
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    """The views as sub-commands (each also takes the common --data-dir and --json)."""
+    views = parser.add_subparsers(dest="view", required=True)
+    documents = views.add_parser("documents", parents=[common], help="documents with status, type, chunks, errors")
+    documents.add_argument("--status", choices=("ok", "failed"))
+    documents.add_argument("--type", dest="doc_type", help="md, txt, pdf, docx, html, pptx")
+    documents.add_argument("--path", help="only paths containing this substring")
+    documents.add_argument("--limit", type=int, default=1000)
+    chunks = views.add_parser("chunks", parents=[common], help="a document's chunks with heading paths and pages")
+    chunks.add_argument("document", help="a path (or a unique suffix of one) or a sha (or its prefix)")
+    views.add_parser("failures", parents=[common], help="failed documents and refused files with the reasons")
+    views.add_parser("redactions", parents=[common], help="redaction totals by kind")
+    views.add_parser("collection", parents=[common], help="the vector collection: points, segments, index status")
+
+
+def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str, Any]] | dict[str, Any], str]:
+    """(rows or an object, a title) for the chosen view; LookupError when a document is not found."""
+    sidecar = Sidecar(settings.sidecar_path)
+    if args.view == "documents":
+        return documents(sidecar, args.status, args.doc_type, args.path, args.limit), "documents"
+    if args.view == "chunks":
+        sha, row = find_document(sidecar, args.document)
+        return chunk_rows(settings, sidecar, sha), f"chunks of {row['paths'][0]} ({sha[:12]})"
+    if args.view == "failures":
+        failed = [{"path": row["path"], "kind": "failed", "reason": row["error"]}
+                  for row in documents(sidecar, "failed", None, None, 100_000)]
+        refused = [{"path": row["path"], "kind": "refused", "reason": row["reason"]} for row in sidecar.source_errors()]
+        return failed + refused, "failures"
+    if args.view == "redactions":
+        return sidecar.query("SELECT kind, SUM(count) AS findings, COUNT(DISTINCT sha) AS documents FROM redactions "
+                             "GROUP BY kind ORDER BY findings DESC, kind"), "redactions by kind"
+    with components.vector_store(settings) as store:
+        return store.info(), "collection"
+
+
+def documents(sidecar: Sidecar, status: str | None, doc_type: str | None, path: str | None,
+              limit: int) -> list[dict[str, Any]]:
+    rows = []
+    for sha, row in sorted(sidecar.documents().items(), key=lambda item: item[1]["paths"][0]):
+        if status and row["status"] != status or doc_type and row["doc_type"] != doc_type:
+            continue
+        if path and not any(path in candidate for candidate in row["paths"]):
+            continue
+        rows.append({"path": row["paths"][0], "copies": len(row["paths"]) - 1, "type": row["doc_type"],
+                     "status": row["status"], "chunks": row["chunks"], "pages": row["pages"],
+                     "redactions": row["redactions"], "sha": sha[:12], "error": row["error"] or ""})
+    return rows[:limit]
+
+
+def find_document(sidecar: Sidecar, key: str) -> tuple[str, dict[str, Any]]:
+    """The one document whose sha starts with `key` or one of whose paths ends with it."""
+    found = {sha: row for sha, row in sidecar.documents().items()
+             if sha.startswith(key) or any(path == key or path.endswith("/" + key.lstrip("/")) for path in row["paths"])}
+    if len(found) != 1:
+        raise LookupError(f"{'no' if not found else str(len(found))} documents match {key!r}"
+                          + ("; give a longer path or sha" if found else ""))
+    return next(iter(found.items()))
+
+
+def chunk_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str, Any]]:
+    catalogue = sidecar.query("SELECT chunk_index, heading_path, line_start, page, chars, shard FROM chunks "
+                              "WHERE sha = ? AND chunk_set = ? ORDER BY chunk_index", [sha, settings.chunking_id])
+    texts = {}
+    if catalogue:
+        texts = {chunk.chunk_index: chunk.text for chunk in read_chunks(settings, catalogue[0]["shard"], sha)}
+    return [{"index": row["chunk_index"], "heading": row["heading_path"], "line": row["line_start"],
+             "page": row["page"], "chars": row["chars"],
+             "text": " ".join(texts.get(row["chunk_index"], "").split())[:TEXT_PREVIEW]} for row in catalogue]
+
+
+def format_rows(rows: list[dict[str, Any]] | dict[str, Any], title: str) -> str:
+    """A plain-text table (or key: value lines for an object)."""
+    if isinstance(rows, dict):
+        width = max(len(key) for key in rows)
+        return "\n".join([title] + [f"  {key:<{width}}  {value}" for key, value in rows.items()])
+    if not rows:
+        return f"{title}: none"
+    columns = list(rows[0])
+    cells = [[("" if row[column] is None else str(row[column])) for column in columns] for row in rows]
+    widths = [max(len(column), *(len(line[index]) for line in cells)) for index, column in enumerate(columns)]
+    lines = [f"{title} ({len(rows)})", "  ".join(column.ljust(width) for column, width in zip(columns, widths))]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]
+    return "\n".join(lines)
