@@ -29,12 +29,15 @@ TABLE_COLUMNS = {
     "redactions": "int",
     "error": "string",
 }
+OWNERS = ["team:rag-platform"]
 SHARDED = {
     "partitions_def": SHARDS,
     "backfill_policy": dg.BackfillPolicy.single_run(),
     "pool": "rag_store_writer",
-    "group_name": "ingest",
+    "owners": OWNERS,
 }
+INGEST = {**SHARDED, "group_name": "ingest"}  # source files to chunks
+INDEX = {**SHARDED, "group_name": "index"}  # chunks to vectors, index and sidecar
 
 
 def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -> dg.TableMetadataValue:
@@ -98,7 +101,7 @@ def check_result(name: str, report: StageReport) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset(**SHARDED)
+@dg.asset(**INGEST, kinds={"python"})
 def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Discover the roots, snapshot new documents' bytes, drop vanished SHAs, record current paths."""
     manifest = rag.manifest()
@@ -114,7 +117,8 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
 
 
 @dg.asset(
-    **SHARDED,
+    **INGEST,
+    kinds={"docling"},
     deps=[raw_documents],
     check_specs=[dg.AssetCheckSpec("converted_documents_non_empty", asset="markdown_documents", blocking=True)],
 )
@@ -130,7 +134,8 @@ def markdown_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
 
 
 @dg.asset(
-    **SHARDED,
+    **INGEST,
+    kinds={"python"},
     deps=[markdown_documents],
     check_specs=[dg.AssetCheckSpec("no_secret_survives", asset="redacted_documents", blocking=True)],
 )
@@ -144,7 +149,8 @@ def redacted_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
 
 
 @dg.asset(
-    **SHARDED,
+    **INGEST,
+    kinds={"python"},
     deps=[redacted_documents],
     check_specs=[dg.AssetCheckSpec("chunk_sizes_within_limit", asset="chunks", blocking=True)],
 )
@@ -157,7 +163,7 @@ def chunks(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materializ
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("chunk_sizes_within_limit", report)])
 
 
-@dg.asset(**SHARDED, deps=[chunks])
+@dg.asset(**INDEX, kinds={"pytorch", "huggingface"}, deps=[chunks])
 def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Embed new chunks ("path > heading path" + text), batched across documents, through the embedding cache."""
     embedder = rag.embedder()
@@ -170,7 +176,8 @@ def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materi
 
 
 @dg.asset(
-    **SHARDED,
+    **INDEX,
+    kinds={"qdrant"},
     deps=[embeddings],
     check_specs=[dg.AssetCheckSpec("points_match_sidecar_chunks", asset="vector_index", blocking=True)],
 )
@@ -183,7 +190,7 @@ def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mate
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("points_match_sidecar_chunks", report)])
 
 
-@dg.asset(**SHARDED, deps=[vector_index])
+@dg.asset(**INDEX, kinds={"duckdb"}, deps=[vector_index])
 def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Chunk and redaction rows of every document in the DuckDB sidecar, for exact questions."""
     report = indexing.sync_catalogue(rag.settings, context.partition_keys, rag.sidecar())
@@ -192,7 +199,7 @@ def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(deps=[metadata_sidecar], group_name="corpus")
+@dg.asset(deps=[metadata_sidecar], group_name="index", kinds={"duckdb"}, owners=OWNERS)
 def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
     """Documents and chunks by type, failures and redaction totals over the whole corpus."""
     sidecar = rag.sidecar()

@@ -3,7 +3,6 @@ quality gate, and the nightly eval job schedule."""
 
 import dagster as dg
 
-from rag_pipeline.defs.assets import metadata_sidecar, vector_index
 from rag_pipeline.defs.resources import RetrievalResource
 from rag_pipeline.evaluate.golden import load_golden
 from rag_pipeline.evaluate.service import evaluate_index, format_report, headline
@@ -11,7 +10,7 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.settings import Settings
 
 golden_set = dg.AssetSpec(
-    "golden_set", group_name="eval", kinds={"yaml"},
+    "golden_set", group_name="eval", kinds={"yaml"}, owners=["team:rag-platform"],
     description="The golden question set (RAG_EVAL_GOLDEN_PATH): questions with graded relevance per file.",
 )
 QUESTION_COLUMNS = {"id": "string", "kind": "string", "recall@5": "float", "ndcg@10": "float", "mrr@10": "float",
@@ -33,7 +32,8 @@ def questions_table(report: dict) -> dg.TableMetadataValue:
 
 
 @dg.asset(
-    deps=[vector_index, metadata_sidecar, golden_set], group_name="eval", kinds={"qdrant", "duckdb"},
+    deps=["vector_index", "metadata_sidecar", golden_set], group_name="eval", kinds={"qdrant", "duckdb"},
+    owners=["team:rag-platform"],
     description="Retrieval and answer metrics of the golden set on the current index: float metadata per metric "
                 "(plotted over time), a Markdown report with the change since the previous run, a per-question "
                 "table and the index version measured. Each run is kept in the sidecar's eval_runs table.",

@@ -2,11 +2,12 @@
 
 import dagster as dg
 
+from rag_pipeline.defs.assets import INGEST_ASSETS
 from rag_pipeline.defs.partitions import SHARDS
 
 ingest_job = dg.define_asset_job(
     "ingest_job",
-    selection=dg.AssetSelection.groups("ingest"),
+    selection=dg.AssetSelection.assets(*INGEST_ASSETS),
     partitions_def=SHARDS,
     description="Sync the selected shards: new SHAs ingested, vanished SHAs purged, unchanged SHAs skipped.",
 )
