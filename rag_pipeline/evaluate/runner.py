@@ -17,8 +17,6 @@ from rag_pipeline.evaluate.judge import Judge
 from rag_pipeline.evaluate.metrics import dedupe_ranking, evaluate_run, mean_scores, slice_by, summarise
 from rag_pipeline.index.vector_store import Hit
 
-RETRIEVAL_METRICS = ("recall@5", "recall@10", "precision@5", "success@1", "success@5", "mrr@10", "map",
-                     "ndcg@10", "ndcg_exp@10")
 Granularity = Literal["file", "chunk"]
 
 
@@ -88,7 +86,7 @@ def evaluate_golden(golden: GoldenSet, answerer: Answerer, *, top_k: int = 10, a
         results.append(result)
         if progress:
             progress(position, len(golden.questions))
-    per_query = evaluate_run({qid: grades for qid, grades in qrels.items() if grades}, run, RETRIEVAL_METRICS)
+    per_query = evaluate_run({qid: grades for qid, grades in qrels.items() if grades}, run)
     for result in results:
         result.retrieval = per_query.get(result.id, {})
     kinds = {kind: [r.id for r in results if r.kind == kind] for kind in sorted({r.kind for r in results})}
