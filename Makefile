@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= .rag_data
+RAG_DAGSTER_STORAGE ?= sqlite
 DAGSTER_HOME_DIR := $(abspath $(DATA_DIR))/dagster_home
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -33,7 +34,13 @@ test-fast: install
 
 dev: install
 	mkdir -p $(DAGSTER_HOME_DIR)
-	cp dagster.yaml $(DAGSTER_HOME_DIR)/dagster.yaml
+	@case "$(RAG_DAGSTER_STORAGE)" in \
+	  sqlite) cp dagster.yaml $(DAGSTER_HOME_DIR)/dagster.yaml ;; \
+	  postgres) for v in DAGSTER_PG_USERNAME DAGSTER_PG_PASSWORD DAGSTER_PG_HOST DAGSTER_PG_PORT DAGSTER_PG_DB; do \
+	      printenv $$v >/dev/null || { echo "RAG_DAGSTER_STORAGE=postgres needs $$v (see deploy/dagster-postgres.yaml)" >&2; exit 1; }; done; \
+	    cp deploy/dagster-postgres.yaml $(DAGSTER_HOME_DIR)/dagster.yaml ;; \
+	  *) echo "RAG_DAGSTER_STORAGE must be sqlite or postgres, got '$(RAG_DAGSTER_STORAGE)'" >&2; exit 1 ;; \
+	esac
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) RAG_DATA_DIR=$(abspath $(DATA_DIR)) RAG_ROOTS=$${RAG_ROOTS:-$(abspath golden/corpus)} \
 		$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 

@@ -36,41 +36,15 @@ os.environ["RAG_SHARD_HEX_DIGITS"] = "2"
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _accept_shard_digits_from_env() -> None:
-    """Work around settings.py rejecting RAG_SHARD_HEX_DIGITS=2 (`Literal[1, 2]` gets the string "2" from the
-    environment): until settings.py converts it, swap in a subclass that does, before anything imports Settings.
-    A no-op once settings.py accepts the variable."""
-    import pydantic
-
-    from rag_pipeline import settings
-
-    try:
-        settings.Settings()
-        return
-    except pydantic.ValidationError:
-        pass
-
-    class Settings(settings.Settings):
-        @pydantic.field_validator("shard_hex_digits", mode="before")
-        @classmethod
-        def _digits_as_int(cls, value: object) -> object:
-            return int(value) if isinstance(value, str) and value.strip().isdigit() else value
-
-    settings.Settings = Settings  # type: ignore[misc]
-
-
-_accept_shard_digits_from_env()
-
 import dagster as dg  # noqa: E402
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG  # noqa: E402
 
-from rag_pipeline.defs.partitions import shard_run_tags  # noqa: E402
-from rag_pipeline.serve.ingest import QUIET_LOGS, ingest  # noqa: E402
-from rag_pipeline_tests.pg_server import FAST_SETTINGS, running_postgres  # noqa: E402
-
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+from rag_pipeline.defs.partitions import shard_run_tags  # noqa: E402
+from rag_pipeline.serve.ingest import QUIET_LOGS, dagster_instance, ingest  # noqa: E402
+from rag_pipeline_tests.pg_server import FAST_SETTINGS, running_postgres  # noqa: E402
 
 CORPUS = REPO / "golden" / "corpus"
 CONFIGS = {"sqlite": REPO / "dagster.yaml", "postgres": REPO / "deploy" / "dagster-postgres.yaml"}
@@ -93,14 +67,6 @@ def dagster_home(work: Path, storage: str) -> Iterator[Path | None]:
             os.environ["DAGSTER_HOME"] = previous
 
 
-@contextmanager
-def open_instance() -> Iterator[dg.DagsterInstance]:
-    if os.environ.get("DAGSTER_HOME"):
-        with dg.DagsterInstance.get() as instance:
-            yield instance
-    else:
-        with dg.DagsterInstance.ephemeral() as instance:
-            yield instance
 
 
 def trivial_asset(count: int) -> tuple[dg.AssetsDefinition, list[str]]:
@@ -125,7 +91,7 @@ def timed(action: Callable[[], object]) -> tuple[float, object]:
 def partition_overhead(repeats: int) -> dict[int, tuple[float, int]]:
     """{N: (median seconds of one N-partition run, event-log rows of that run)} on the current instance."""
     figures = {}
-    with open_instance() as instance:
+    with dagster_instance() as instance:
         for count in (1, 16, 256):
             asset, keys = trivial_asset(count)
             tags = shard_run_tags(keys)
@@ -149,7 +115,7 @@ def ingest_timings(work: Path, storage: str) -> dict[str, float]:
         first_seconds, first = timed(lambda: ingest([corpus], data_dir))
         again_seconds, again = timed(lambda: ingest([corpus], data_dir))
         run_range = 0
-        with open_instance() as instance:
+        with dagster_instance() as instance:
             if first["run_id"] and os.environ.get("DAGSTER_HOME"):  # type: ignore[index]
                 run = instance.get_run_by_id(first["run_id"])  # type: ignore[index]
                 start, end = run.tags[ASSET_PARTITION_RANGE_START_TAG], run.tags[ASSET_PARTITION_RANGE_END_TAG]
