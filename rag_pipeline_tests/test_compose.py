@@ -315,6 +315,7 @@ def test_dagster_instance_uses_postgres_and_the_repo_concurrency(tmp_path, compo
     db = config["storage"]["postgres"]["postgres_db"]
     expected = {"username": "DAGSTER_PG_USERNAME", "password": "DAGSTER_PG_PASSWORD", "hostname": "DAGSTER_PG_HOST",
                 "db_name": "DAGSTER_PG_DB", "port": "DAGSTER_PG_PORT"}
+    assert db.pop("scheme") == "postgresql+psycopg2"  # SQLAlchemy 2.1 maps bare postgresql:// to psycopg 3
     assert db == {field: {"env": var} for field, var in expected.items()}
     assert set(expected.values()) <= set(compose["x-rag-env"])
 

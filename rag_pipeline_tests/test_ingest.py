@@ -237,6 +237,11 @@ def test_sensor_requests_one_run_for_affected_shards(tmp_path: Path, data_dir: P
                                  resources={"rag": rag}, instance=instance)
         metadata = summary.asset_materializations_for_node("corpus_summary")[0].metadata
         assert metadata["documents"].value == 6 and metadata["failed"].value == 0
+        not_ingest = dg.build_run_status_sensor_context(  # the summary's own run must not trigger another
+            sensor_name="corpus_summary_after_ingest", dagster_instance=instance,
+            dagster_run=summary.dagster_run, dagster_event=summary.get_run_success_event(),
+        )
+        assert isinstance(corpus_summary_after_ingest(not_ingest), dg.SkipReason)
         assert metadata["redactions_by_kind"].value["aws_access_key"] == 1
         assert "| md | 4 |" in metadata["by_type"].value
 

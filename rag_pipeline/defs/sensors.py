@@ -5,6 +5,7 @@ import json
 
 import dagster as dg
 
+from rag_pipeline.defs.assets import INGEST_ASSETS
 from rag_pipeline.defs.jobs import corpus_summary_job, ingest_job
 from rag_pipeline.defs.partitions import shard_run_tags
 from rag_pipeline.defs.resources import RagResource
@@ -52,12 +53,21 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
     return dg.SensorResult(run_requests=[dg.RunRequest(run_key=run_key, tags=shard_run_tags(affected))], cursor=cursor)
 
 
+INGEST_KEYS = {asset.key for asset in INGEST_ASSETS}
+
+
 @dg.run_status_sensor(
     run_status=dg.DagsterRunStatus.SUCCESS,
-    monitored_jobs=[ingest_job],
     request_job=corpus_summary_job,
     default_status=dg.DefaultSensorStatus.RUNNING,
 )
-def corpus_summary_after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest:
-    """Every successful shard run refreshes the corpus summary."""
-    return dg.RunRequest(run_key=context.dagster_run.run_id)
+def corpus_summary_after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
+    """Every successful run that materialised ingest assets (the sensor's ingest_job runs, and backfills or
+    materialisations launched from the UI, which run as the implicit asset job) refreshes the corpus summary."""
+    run = context.dagster_run
+    if run.job_name != ingest_job.name:
+        records = context.instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1000).records
+        if not {record.event_log_entry.dagster_event.asset_key for record in records} & INGEST_KEYS:
+            return dg.SkipReason(f"run {run.run_id} materialised no ingest asset")
+    return dg.RunRequest(run_key=run.run_id)

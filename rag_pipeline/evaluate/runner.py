@@ -35,12 +35,12 @@ class QuestionResult:
 
 
 def file_id(hit: Hit, question: GoldenQuestion) -> str:
-    """The relevance key that names the hit's document (any of its paths), else its sha."""
+    """The relevance key that names the hit's document (any of its paths), else its first path."""
     paths = hit.payload.get("paths") or [hit.payload.get("path", "")]
     for key in question.relevance:
         if any(matches(path, key) for path in paths):
             return key
-    return hit.payload.get("sha") or hit.id
+    return paths[0] or hit.payload.get("sha") or hit.id
 
 
 def chunk_qrels(question: GoldenQuestion, documents: Mapping[str, tuple[Sequence[str], int]]) -> dict[str, int]:
