@@ -47,7 +47,8 @@ class Manifest:
     """Everything discovered under the roots: usable files and refused ones."""
 
     files: list[SourceFile] = field(default_factory=list)
-    errors: list[SourceError] = field(default_factory=list)
+    errors: list[SourceError] = field(default_factory=list)  # refused: unusable, with the problem
+    excluded: list[SourceError] = field(default_factory=list)  # left out by choice (ignore pattern, type)
 
     def documents(self) -> dict[str, list[SourceFile]]:
         """SHA -> every file with those bytes (identical files under several paths are one document)."""
@@ -65,16 +66,21 @@ class RefusedFile(Exception):
     """Raised while inspecting a file that must not be ingested."""
 
 
-def is_ignored(rel_path: str, patterns: Sequence[str]) -> bool:
-    """Glob match on the root-relative POSIX path; "dir/**" also matches dir itself and all below it."""
+def ignoring_pattern(rel_path: str, patterns: Sequence[str]) -> str | None:
+    """The first pattern that ignores the root-relative POSIX path, or None. Glob match; "dir/**" also matches
+    dir itself and all below it."""
     for pattern in patterns:
         if fnmatch.fnmatchcase(rel_path, pattern):
-            return True
+            return pattern
         if pattern.endswith("/**"):
             prefix = pattern[:-3]
             if "*" not in prefix and "?" not in prefix and (rel_path == prefix or rel_path.startswith(prefix + "/")):
-                return True
-    return False
+                return pattern
+    return None
+
+
+def is_ignored(rel_path: str, patterns: Sequence[str]) -> bool:
+    return ignoring_pattern(rel_path, patterns) is not None
 
 
 def sha256_file(path: Path) -> str:
@@ -169,8 +175,11 @@ def dedupe_roots(roots: Iterable[Path | str]) -> list[Path]:
     return kept
 
 
-def walk(root: Path, ignore: Sequence[str], extensions: Sequence[str]) -> Iterator[tuple[Path, str | None]]:
-    """Candidate files under root as (path, refusal reason or None); directory symlinks are not followed."""
+def walk(root: Path, ignore: Sequence[str], extensions: Sequence[str]
+         ) -> Iterator[tuple[Path, str | None, str | None]]:
+    """Every file (and ignored folder) under root as (path, refusal, exclusion): a candidate has neither; a
+    refusal is a problem (a symlink leaving the root); an exclusion is a choice (an ignore pattern, a type that is
+    not ingested). Directory symlinks are not followed; ignored folders are not entered."""
     wanted = {ext.lower().lstrip(".") for ext in extensions}
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
@@ -178,20 +187,28 @@ def walk(root: Path, ignore: Sequence[str], extensions: Sequence[str]) -> Iterat
         kept_dirs = []
         for name in sorted(dirnames):
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            if is_ignored(rel, ignore) or is_ignored(rel + "/", ignore):
+            pattern = ignoring_pattern(rel, ignore) or ignoring_pattern(rel + "/", ignore)
+            if pattern:
+                yield here / name, None, f"folder ignored by pattern {pattern!r} (RAG_IGNORE)"
                 continue
             if (here / name).is_symlink():
                 target = (here / name).resolve()
                 if not target.is_relative_to(root):
-                    yield here / name, f"symlink points outside the root {root} (to {target})"
+                    yield here / name, f"symlink points outside the root {root} (to {target})", None
                 continue
             kept_dirs.append(name)
         dirnames[:] = kept_dirs
         for name in sorted(filenames):
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
             suffix = Path(name).suffix.lower().lstrip(".")
-            if suffix in wanted and suffix in DOC_TYPES and not is_ignored(rel, ignore):
-                yield here / name, None
+            pattern = ignoring_pattern(rel, ignore)
+            if pattern:
+                yield here / name, None, f"ignored by pattern {pattern!r} (RAG_IGNORE)"
+            elif suffix not in wanted or suffix not in DOC_TYPES:
+                yield here / name, None, f"type {'.' + suffix if suffix else '(no extension)'} is not ingested " \
+                                         f"(RAG_EXTENSIONS: {', '.join(sorted(wanted))})"
+            else:
+                yield here / name, None, None
 
 
 def discover(
@@ -209,12 +226,15 @@ def discover(
         if not root.is_dir():
             manifest.errors.append(SourceError(str(root), "root is not a directory"))
             continue
-        for path, refusal in walk(root, ignore, extensions):
+        for path, refusal, exclusion in walk(root, ignore, extensions):
             if path in seen:
                 continue
             seen.add(path)
             if refusal:
                 manifest.errors.append(SourceError(str(path), refusal))
+                continue
+            if exclusion:
+                manifest.excluded.append(SourceError(str(path), exclusion))
                 continue
             try:
                 manifest.files.append(inspect(path, root, max_file_bytes=max_file_bytes, cache=cache))

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 INGEST_ASSETS = ["raw_documents", "markdown_documents", "redacted_documents", "chunks", "embeddings",
                  "vector_index", "metadata_sidecar"]
-ALL_ASSETS = [*INGEST_ASSETS, "corpus_summary", "golden_set", "eval_report"]
+ALL_ASSETS = [*INGEST_ASSETS, "source_manifest", "corpus_summary", "golden_set", "eval_report"]
 GROUPS = ["ingest", "index", "eval"]
 SHARD_KEYS = list("0123456789abcdef")
 EVAL_METRICS = ["recall@5", "recall@10", "ndcg@10", "mrr@10", "map", "precision@5"]

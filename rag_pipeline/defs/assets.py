@@ -101,6 +101,37 @@ def check_result(name: str, report: StageReport) -> dg.AssetCheckResult:
     )
 
 
+@dg.asset(group_name="ingest", kinds={"python"}, owners=OWNERS)
+def source_manifest(rag: RagResource) -> dg.MaterializeResult:
+    """Dry run of the roots: every file with included / refused / excluded and the reason, coverage by type and
+    top folder, largest and empty files, and the text files redaction would change. Converts nothing."""
+    from rag_pipeline.manifest_report import manifest_report
+
+    settings = rag.settings
+    report = manifest_report(rag.manifest(), [str(root) for root in settings.roots], pii_policy=settings.pii_policy,
+                             role_email_prefixes=settings.role_email_prefixes)
+    summary = report["summary"]
+    coverage = ["| type | files | MiB |", "|---|---:|---:|"]
+    coverage += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_type"].items()]
+    folders = ["| top folder | files | MiB |", "|---|---:|---:|"]
+    folders += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_folder"].items()]
+    left_out = [row for row in report["files"] if row["status"] != "included"]
+    return dg.MaterializeResult(metadata={
+        "included_files": summary["included"], "documents": summary["documents"],
+        "included_mib": dg.MetadataValue.float(round(summary["included_bytes"] / 2**20, 3)),
+        "refused_files": summary["refused"], "excluded_files": summary["excluded"],
+        "would_redact_files": summary["would_redact"],
+        "by_type": dg.MetadataValue.md("\n".join(coverage)), "by_top_folder": dg.MetadataValue.md("\n".join(folders)),
+        "largest": dg.MetadataValue.md("\n".join(f"- {row['bytes']:,} B `{row['path']}`" for row in report["largest"])),
+        "not_included": dg.MetadataValue.md(
+            "\n".join(f"- {row['status']}: `{row['path']}`: {row['reason']}" for row in left_out[:TABLE_LIMIT])
+            or "none"),
+        "would_redact": dg.MetadataValue.md("\n".join(
+            f"- `{row['path']}`: " + ", ".join(f"{kind} {n}" for kind, n in row["findings"].items())
+            for row in report["redactions"]) or "none"),
+    })
+
+
 @dg.asset(**INGEST, kinds={"python"})
 def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Discover the roots, snapshot new documents' bytes, drop vanished SHAs, record current paths."""

@@ -23,6 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
                                  help="discover, diff by SHA and materialise the affected shards through Dagster")
     ingest.add_argument("roots", nargs="+", help="folders of documents")
 
+    manifest = commands.add_parser("manifest", parents=[common],
+                                   help="dry run: every file under the roots with included/refused/excluded and why, "
+                                        "plus coverage, before anything is converted")
+    manifest.add_argument("roots", nargs="+", help="folders of documents")
+
     query = argparse.ArgumentParser(add_help=False)
     query.add_argument("--top-k", type=int, default=None, help="number of passages (default: $RAG_TOP_K, else 5)")
     query.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
@@ -249,6 +254,21 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(summary))
         else:
             print_ingest_summary(summary, args.data_dir)
+    elif args.command == "manifest":
+        from rag_pipeline.manifest_report import format_report, manifest_report
+        from rag_pipeline.settings import Settings
+        from rag_pipeline.sources import discover
+
+        missing = [root for root in args.roots if not Path(root).is_dir()]
+        if missing:
+            print(f"rag-pipeline: not a directory: {', '.join(missing)}", file=sys.stderr)
+            return 2
+        settings = Settings(data_dir=args.data_dir)
+        found = discover(args.roots, ignore=settings.ignore, extensions=settings.extensions,
+                         max_file_bytes=settings.max_file_bytes)
+        report = manifest_report(found, args.roots, pii_policy=settings.pii_policy,
+                                 role_email_prefixes=settings.role_email_prefixes)
+        print(json.dumps(report) if args.json else format_report(report))
     elif args.command in ("search", "ask"):
         from rag_pipeline.retrieve.retriever import StoreUnavailable
 

@@ -1,0 +1,94 @@
+"""The dry-run report of a discovery: every file with included / refused / excluded and the reason, plus
+coverage (counts and bytes by type and by top folder, largest files, empty files) and which text files the
+redaction would change, before anything is converted or embedded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rag_pipeline.redact import DEFAULT_ROLE_EMAIL_PREFIXES, redact
+from rag_pipeline.sources import TEXT_TYPES, Manifest
+
+LARGEST = 10
+
+
+def top_folder(path: str, roots: Sequence[str]) -> str:
+    """The first folder below the file's root ("(root)" for files directly in it)."""
+    for root in sorted(roots, key=len, reverse=True):
+        try:
+            parts = Path(path).relative_to(root).parts
+        except ValueError:
+            continue
+        return parts[0] if len(parts) > 1 else "(root)"
+    return "(outside the roots)"
+
+
+def _size(path: str) -> int | None:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return None
+
+
+def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str = "redact",
+                    role_email_prefixes: Sequence[str] = DEFAULT_ROLE_EMAIL_PREFIXES) -> dict[str, Any]:
+    """The report as a JSON-ready dict."""
+    roots = [str(Path(root).resolve()) for root in roots]
+    files = [{"path": f.path, "status": "included", "reason": "", "type": f.doc_type, "bytes": f.size}
+             for f in manifest.files]
+    files += [{"path": e.path, "status": "refused", "reason": e.reason, "type": Path(e.path).suffix.lstrip("."),
+               "bytes": _size(e.path)} for e in manifest.errors]
+    files += [{"path": e.path, "status": "excluded", "reason": e.reason, "type": Path(e.path).suffix.lstrip("."),
+               "bytes": _size(e.path)} for e in manifest.excluded]
+    files.sort(key=lambda row: row["path"])
+    by_type: dict[str, dict[str, int]] = {}
+    by_folder: dict[str, dict[str, int]] = {}
+    for source in manifest.files:
+        for table, key in ((by_type, source.doc_type), (by_folder, top_folder(source.path, roots))):
+            entry = table.setdefault(key, {"files": 0, "bytes": 0})
+            entry["files"] += 1
+            entry["bytes"] += source.size
+    redactions = []
+    for source in manifest.files:
+        if source.doc_type in TEXT_TYPES:
+            text = Path(source.path).read_text(encoding="utf-8", errors="replace")
+            counts = redact(text, pii_policy=pii_policy, role_email_prefixes=role_email_prefixes).counts
+            if counts:
+                redactions.append({"path": source.path, "findings": dict(sorted(counts.items()))})
+    largest = sorted(manifest.files, key=lambda f: -f.size)[:LARGEST]
+    return {
+        "roots": roots,
+        "summary": {"included": len(manifest.files), "documents": len(manifest.documents()),
+                    "included_bytes": sum(f.size for f in manifest.files), "refused": len(manifest.errors),
+                    "excluded": len(manifest.excluded), "would_redact": len(redactions)},
+        "by_type": dict(sorted(by_type.items())),
+        "by_folder": dict(sorted(by_folder.items())),
+        "largest": [{"path": f.path, "bytes": f.size} for f in largest],
+        "empty": [e.path for e in manifest.errors if e.reason == "empty file"],
+        "redactions": redactions,
+        "redaction_note": "text files (md, txt, html) are scanned as they are; pdf, docx and pptx are scanned "
+                          "after conversion, during ingest",
+        "files": files,
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as readable text: summary, coverage tables, then every file not included with its reason."""
+    summary = report["summary"]
+    lines = [f"{summary['included']} files included ({summary['documents']} distinct documents, "
+             f"{summary['included_bytes']:,} bytes), {summary['refused']} refused, {summary['excluded']} excluded, "
+             f"{summary['would_redact']} text files would be redacted", "", "by type:"]
+    lines += [f"  {name:12} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_type"].items()]
+    lines += ["by top folder:"]
+    lines += [f"  {name:24} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_folder"].items()]
+    lines += ["largest:"] + [f"  {row['bytes']:>14,}  {row['path']}" for row in report["largest"]]
+    if report["redactions"]:
+        lines += ["would be redacted:"]
+        lines += [f"  {row['path']}: " + ", ".join(f"{kind} {n}" for kind, n in row["findings"].items())
+                  for row in report["redactions"]]
+    left_out = [row for row in report["files"] if row["status"] != "included"]
+    if left_out:
+        lines += ["not included:"] + [f"  {row['status']:8} {row['path']}: {row['reason']}" for row in left_out]
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""The manifest dry run: `rag-pipeline manifest` and the source_manifest asset report every file with its
+status and reason, coverage and redaction findings, and convert nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from rag_pipeline.defs.assets import source_manifest
+from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.serve.cli import main
+
+SECRET_DOC = ("# Access\n\nThe key is AKIAIOSFODNN7EXAMPLE and the owner is maria.keller@nimbus-search.example.\n"
+              "Ask the team for details.\n")
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "notes").mkdir(parents=True)
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "access.md").write_text(SECRET_DOC)
+    (root / "notes" / "plain.txt").write_text("Pumps are inspected monthly.\n" * 20)
+    (root / "notes" / "copy.txt").write_text("Pumps are inspected monthly.\n" * 20)  # same bytes: one document
+    (root / "empty.md").write_text("")
+    (root / "diagram.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    (root / "notes" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Outside\n\nNot under the root.\n")
+    os.symlink(outside, root / "escape.md")
+    return root
+
+
+def test_manifest_command_reports_every_file(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    data_dir = tmp_path / "data"
+    assert main(["manifest", str(tree), "--json", "--data-dir", str(data_dir)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    by_name = {Path(row["path"]).name: row for row in report["files"]}
+    assert {name: row["status"] for name, row in by_name.items()} == {
+        "access.md": "included", "plain.txt": "included", "copy.txt": "included", "empty.md": "refused",
+        "escape.md": "refused", "diagram.png": "excluded", ".DS_Store": "excluded", ".git": "excluded"}
+    assert by_name["empty.md"]["reason"] == "empty file"
+    assert "outside the root" in by_name["escape.md"]["reason"]
+    assert "type .png is not ingested" in by_name["diagram.png"]["reason"]
+    assert "pattern '**/.DS_Store'" in by_name[".DS_Store"]["reason"]
+    assert "folder ignored by pattern '.git/**'" in by_name[".git"]["reason"]
+    summary = report["summary"]
+    assert (summary["included"], summary["documents"], summary["refused"], summary["excluded"]) == (3, 2, 2, 3)
+    assert report["by_type"] == {"md": {"files": 1, "bytes": len(SECRET_DOC)},
+                                 "txt": {"files": 2, "bytes": 2 * 29 * 20}}
+    assert report["by_folder"] == {"(root)": {"files": 1, "bytes": len(SECRET_DOC)},
+                                   "notes": {"files": 2, "bytes": 2 * 29 * 20}}
+    assert [Path(row["path"]).name for row in report["largest"]][:2] == ["copy.txt", "plain.txt"]
+    assert [Path(path).name for path in report["empty"]] == ["empty.md"]
+    [finding] = report["redactions"]
+    assert Path(finding["path"]).name == "access.md" and finding["findings"] == {"aws_access_key": 1, "email": 1}
+    assert not data_dir.exists()  # a dry run writes nothing
+
+    assert main(["manifest", str(tree), "--data-dir", str(data_dir)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("3 files included (2 distinct documents") and "excluded" in text
+    assert main(["manifest", str(tree / "missing")]) == 2
+
+
+def test_source_manifest_asset(tree: Path, tmp_path: Path) -> None:
+    rag = RagResource(roots=[str(tree)], data_dir=str(tmp_path / "data"))
+    result = dg.materialize([source_manifest], resources={"rag": rag})
+    metadata = result.asset_materializations_for_node("source_manifest")[0].metadata
+    assert (metadata["included_files"].value, metadata["refused_files"].value,
+            metadata["excluded_files"].value, metadata["would_redact_files"].value) == (3, 2, 3, 1)
+    assert "| md | 1 |" in metadata["by_type"].value and "| notes | 2 |" in metadata["by_top_folder"].value
+    assert "empty file" in metadata["not_included"].value and "aws_access_key 1" in metadata["would_redact"].value
+    assert not (tmp_path / "data" / "artifacts").exists()  # nothing converted
