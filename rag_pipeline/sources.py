@@ -9,6 +9,10 @@ import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rag_pipeline.corpus_rules import CorpusRules
 
 # Extension -> normalised document type.
 DOC_TYPES: dict[str, str] = {
@@ -67,10 +71,12 @@ class RefusedFile(Exception):
 
 
 def ignoring_pattern(rel_path: str, patterns: Sequence[str]) -> str | None:
-    """The first pattern that ignores the root-relative POSIX path, or None. Glob match; "dir/**" also matches
-    dir itself and all below it."""
+    """The first pattern that matches the root-relative POSIX path, or None. Glob match; "dir/**" also matches
+    dir itself and all below it, and "**/x" also matches x at the top."""
     for pattern in patterns:
         if fnmatch.fnmatchcase(rel_path, pattern):
+            return pattern
+        if pattern.startswith("**/") and fnmatch.fnmatchcase(rel_path, pattern[3:]):
             return pattern
         if pattern.endswith("/**"):
             prefix = pattern[:-3]
@@ -165,6 +171,15 @@ def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | N
     return SourceFile(path=str(path), root=str(root), sha256=sha, size=stat.st_size, doc_type=doc_type)
 
 
+def rule_exclusion(rules: CorpusRules, path: Path, root: Path) -> str | None:
+    """The corpus rules' reason to leave the file out (unreadable files are left to inspect(), which refuses)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    return rules.exclusion(path.relative_to(root).as_posix(), DOC_TYPES[path.suffix.lower().lstrip(".")], size)
+
+
 def dedupe_roots(roots: Iterable[Path | str]) -> list[Path]:
     """Absolute roots with duplicates and roots nested inside another root removed."""
     unique = sorted({Path(root).expanduser().resolve() for root in roots})
@@ -218,8 +233,10 @@ def discover(
     extensions: Sequence[str] = tuple(DOC_TYPES),
     max_file_bytes: int = 50 * 1024 * 1024,
     cache: HashCache | None = None,
+    rules: CorpusRules | None = None,
 ) -> Manifest:
-    """Walk every root once and return the manifest of usable files and refused ones."""
+    """Walk every root once and return the manifest of usable, refused and excluded files (`rules`: corpus
+    rules that may exclude more)."""
     manifest = Manifest()
     seen: set[Path] = set()
     for root in dedupe_roots(roots):
@@ -233,6 +250,8 @@ def discover(
             if refusal:
                 manifest.errors.append(SourceError(str(path), refusal))
                 continue
+            if exclusion is None and rules is not None:
+                exclusion = rule_exclusion(rules, path, root)
             if exclusion:
                 manifest.excluded.append(SourceError(str(path), exclusion))
                 continue

@@ -76,3 +76,47 @@ def test_source_manifest_asset(tree: Path, tmp_path: Path) -> None:
     assert "| md | 1 |" in metadata["by_type"].value and "| notes | 2 |" in metadata["by_top_folder"].value
     assert "empty file" in metadata["not_included"].value and "aws_access_key 1" in metadata["would_redact"].value
     assert not (tmp_path / "data" / "artifacts").exists()  # nothing converted
+
+
+RULES = """
+include: ["**/*.md", "**/*.txt"]
+exclude: ["notes/copy.txt"]
+types: [md, txt, pdf]
+min_bytes: 1
+max_bytes: 1000
+"""
+
+
+def test_corpus_rules_in_the_manifest_and_the_ingest(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.serve.ingest import ingest
+
+    (tree / "notes" / "big.md").write_text("# Big\n\n" + "word " * 400)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    monkeypatch.setenv("RAG_CORPUS_RULES", str(rules))
+    assert main(["manifest", str(tree), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    by_name = {Path(row["path"]).name: row for row in report["files"]}
+    assert by_name["access.md"]["status"] == "included" and by_name["plain.txt"]["status"] == "included"
+    assert by_name["copy.txt"]["reason"] == f"excluded by pattern 'notes/copy.txt' of {rules}"
+    assert by_name["big.md"]["reason"].endswith(f"is above max_bytes 1,000 of {rules}")
+    assert by_name["diagram.png"]["status"] == "excluded"  # not an accepted type in the first place
+    summary = ingest([tree], tmp_path / "data")
+    assert summary["added"] == 2 and all(not item["path"].endswith(("copy.txt", "big.md")) for item in summary["failed"])
+    stored = {Path(row["paths"][0]).name for row in Sidecar(tmp_path / "data" / "sidecar.duckdb").documents().values()}
+    assert stored == {"access.md", "plain.txt"}  # the ingest obeys the rules too
+
+
+def test_corpus_rules_errors(tmp_path: Path) -> None:
+    from rag_pipeline.corpus_rules import load_rules
+
+    bad = tmp_path / "rules.yaml"
+    bad.write_text("include: docs/**\ntypes: [md, exe]\nmax_bytes: -1\ncolour: red\n")
+    with pytest.raises(ValueError) as raised:
+        load_rules(bad)
+    message = str(raised.value)
+    for expected in ("unknown key 'colour'", "include must be a list of strings", "unknown type(s) exe",
+                     "max_bytes must be a whole number"):
+        assert expected in message

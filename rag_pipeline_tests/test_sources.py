@@ -50,6 +50,7 @@ def test_ignore_patterns() -> None:
     patterns = ["build/**", "*.tmp.md", "**/drafts/*"]
     assert is_ignored("build", patterns) and is_ignored("build/x/y.md", patterns)
     assert not is_ignored("builds/y.md", patterns)
+    assert is_ignored(".DS_Store", ["**/.DS_Store"]) and is_ignored("a/.DS_Store", ["**/.DS_Store"])
     assert is_ignored("notes.tmp.md", patterns)
     assert is_ignored("a/drafts/x.md", patterns)
     assert not is_ignored("a/final/x.md", patterns)

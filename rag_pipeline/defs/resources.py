@@ -12,6 +12,7 @@ import dagster as dg
 
 from rag_pipeline import components
 from rag_pipeline.convert import DocumentConverter
+from rag_pipeline.corpus_rules import configured_rules
 from rag_pipeline.embed import Embedder, EmbeddingCache
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import VectorStore
@@ -67,7 +68,8 @@ class RagResource(dg.ConfigurableResource):
         if cache_path.is_file():
             cache = {path: tuple(entry) for path, entry in json.loads(cache_path.read_text()).items()}
         manifest = discover(settings.roots, ignore=settings.ignore, extensions=settings.extensions,
-                            max_file_bytes=settings.max_file_bytes, cache=cache)
+                            max_file_bytes=settings.max_file_bytes, cache=cache,
+                            rules=configured_rules(settings.corpus_rules))
         live = {str(Path(f.path).resolve()) for f in manifest.files}
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         cache_path.write_text(json.dumps({path: entry for path, entry in cache.items() if path in live}))

@@ -263,9 +263,16 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"rag-pipeline: not a directory: {', '.join(missing)}", file=sys.stderr)
             return 2
+        from rag_pipeline.corpus_rules import configured_rules
+
         settings = Settings(data_dir=args.data_dir)
+        try:
+            rules = configured_rules(settings.corpus_rules)
+        except ValueError as error:
+            print(f"rag-pipeline: {error}", file=sys.stderr)
+            return 2
         found = discover(args.roots, ignore=settings.ignore, extensions=settings.extensions,
-                         max_file_bytes=settings.max_file_bytes)
+                         max_file_bytes=settings.max_file_bytes, rules=rules)
         report = manifest_report(found, args.roots, pii_policy=settings.pii_policy,
                                  role_email_prefixes=settings.role_email_prefixes)
         print(json.dumps(report) if args.json else format_report(report))

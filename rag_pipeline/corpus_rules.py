@@ -1,0 +1,84 @@
+"""Corpus rules (RAG_CORPUS_RULES, a YAML file) that discovery obeys for ingest and the manifest alike:
+
+    include: ["docs/**", "handbook/*.md"]   # globs on the root-relative path; none given: everything
+    exclude: ["docs/drafts/**"]
+    types: [md, pdf]                        # document types to ingest; none given: every accepted type
+    min_bytes: 10
+    max_bytes: 20000000
+
+A file the rules leave out is excluded (not refused), with the rule that decided it as the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rag_pipeline.sources import DOC_TYPES, ignoring_pattern
+
+KEYS = ("include", "exclude", "types", "min_bytes", "max_bytes")
+
+
+@dataclass(frozen=True)
+class CorpusRules:
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    types: tuple[str, ...] = ()
+    min_bytes: int = 0
+    max_bytes: int | None = None
+    source: str = "corpus rules"  # named in every reason
+
+    def exclusion(self, rel_path: str, doc_type: str, size: int) -> str | None:
+        """Why the rules leave this file out, or None when they keep it."""
+        if self.include and ignoring_pattern(rel_path, self.include) is None:
+            return f"matches no include pattern of {self.source}"
+        pattern = ignoring_pattern(rel_path, self.exclude)
+        if pattern:
+            return f"excluded by pattern {pattern!r} of {self.source}"
+        if self.types and doc_type not in self.types:
+            return f"type {doc_type} is not in the types of {self.source} ({', '.join(self.types)})"
+        if size < self.min_bytes:
+            return f"{size:,} bytes is below min_bytes {self.min_bytes:,} of {self.source}"
+        if self.max_bytes is not None and size > self.max_bytes:
+            return f"{size:,} bytes is above max_bytes {self.max_bytes:,} of {self.source}"
+        return None
+
+
+def load_rules(path: str | Path) -> CorpusRules:
+    """The rules in `path`; ValueError naming the file and every problem."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"{path}: cannot read the corpus rules: {error}") from error
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: the corpus rules must be a mapping of {', '.join(KEYS)}")
+    problems = [f"unknown key {key!r} (allowed: {', '.join(KEYS)})" for key in raw if key not in KEYS]
+    lists = {}
+    for key in ("include", "exclude", "types"):
+        value = raw.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            problems.append(f"{key} must be a list of strings")
+            value = []
+        lists[key] = tuple(item.strip() for item in value)
+    unknown_types = sorted(set(lists["types"]) - set(DOC_TYPES.values()))
+    if unknown_types:
+        problems.append(f"unknown type(s) {', '.join(unknown_types)} (allowed: {', '.join(sorted(set(DOC_TYPES.values())))})")
+    bounds = {}
+    for key in ("min_bytes", "max_bytes"):
+        value = raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            problems.append(f"{key} must be a whole number of bytes >= 0, got {value!r}")
+            value = None
+        bounds[key] = value
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return CorpusRules(lists["include"], lists["exclude"], lists["types"], bounds["min_bytes"] or 0,
+                       bounds["max_bytes"], source=str(path))
+
+
+def configured_rules(rules_path: Path | None) -> CorpusRules | None:
+    """The rules of RAG_CORPUS_RULES, or None when unset."""
+    return load_rules(rules_path) if rules_path else None
