@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +106,7 @@ class Answerer:
         timings["guard_in"] = (time.perf_counter() - begin) * 1000
 
         begin = time.perf_counter()
-        generator = self.generator
+        used = [self.generator]  # which generator answered: the fallback when the LLM is unreachable
         pieces: list[str] = []
         if not sources:
             text = ALL_QUARANTINED if report["quarantined"] else NOTHING_RETRIEVED
@@ -115,32 +115,18 @@ class Answerer:
         else:
             request = GenerationRequest(question, sources, prompt)
             context = [source.text for source in sources]
-            stream = self._generate(request, warnings)
-            pending = ""
-            for piece in stream:
-                if isinstance(piece, Generator):  # the LLM was unreachable: the fallback answers
-                    generator = piece
-                    continue
-                pending += piece
-                ready, pending = split_complete(pending)
-                if ready:
-                    checked = self._check(ready, context, len(sources), prompt.system_prompt, payloads, report)
-                    if report["refused"]:
-                        break
-                    pieces.append(checked)
-                    yield checked
-            if pending and not report["refused"]:
-                checked = self._check(pending, context, len(sources), prompt.system_prompt, payloads, report)
-                if not report["refused"]:
-                    pieces.append(checked)
-                    yield checked
+            for sentence in sentences(self._generate(request, warnings, used)):
+                checked = self._check(sentence, context, len(sources), prompt.system_prompt, payloads, report)
+                if report["refused"]:
+                    break
+                pieces.append(checked)
+                yield checked
             if layers.output and not report["refused"]:  # rules that span sentences (a leaked prompt)
                 final = validate_output("".join(pieces), context=context, source_count=len(sources),
                                         system_prompt=prompt.system_prompt, injected_payloads=payloads)
                 if final.refused:
                     report["refused"] = True
                     report["output_violations"] += [finding_json(v) for v in final.violations]
-                    pieces = [final.answer]
         text = "".join(pieces)
         if report["refused"]:
             text = REFUSAL
@@ -148,11 +134,11 @@ class Answerer:
         timings["generate"] = (time.perf_counter() - begin) * 1000
         timings["answer_total"] = (time.perf_counter() - started) * 1000
         citations = [number for number in cited_numbers(text) if 1 <= number <= len(sources)]
-        yield Answer(question, text, generator.name, sources, citations, timings, warnings, report)
+        yield Answer(question, text, used[0].name, sources, citations, timings, warnings, report)
 
-    def _generate(self, request: GenerationRequest, warnings: list[str]) -> Iterator[str | Generator]:
+    def _generate(self, request: GenerationRequest, warnings: list[str], used: list[Generator]) -> Iterator[str]:
         """The generator's pieces; if its LLM is unreachable before the first piece, the extractive fallback's
-        (announced by yielding the fallback generator itself)."""
+        (then recorded in `used`)."""
         produced = False
         try:
             for piece in self.generator.stream(request):
@@ -162,7 +148,7 @@ class Answerer:
             if produced:
                 raise
             warnings.append(f"{error}; answered extractively instead")
-            yield self.fallback
+            used[0] = self.fallback
             yield from self.fallback.stream(request)
 
     def _check(self, text: str, context: list[str], source_count: int, system_prompt: str, payloads: list[str],
@@ -178,6 +164,17 @@ class Answerer:
         if result.answer == text or result.refused:
             return result.answer
         return result.answer.rstrip() + text[len(text.rstrip()):]  # keep the spacing to the next sentence
+
+
+def sentences(pieces: Iterable[str]) -> Iterator[str]:
+    """Streamed text regrouped into runs of complete sentences, and the unfinished rest at the end."""
+    pending = ""
+    for piece in pieces:
+        ready, pending = split_complete(pending + piece)
+        if ready:
+            yield ready
+    if pending:
+        yield pending
 
 
 def split_complete(text: str) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from rag_pipeline.answer import Answerer, GuardrailSettings
 from rag_pipeline.embed import Embedder, EmbedderUnavailable, declared_dimension, shared_embedder
 from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, OllamaGenerator
 from rag_pipeline.index.vector_store import HnswSettings, VectorStore, open_vector_store
-from rag_pipeline.llm import OllamaLLM
+from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.hyde import Hyde
 from rag_pipeline.retrieve.rerank import Reranker
 from rag_pipeline.retrieve.retriever import RetrievalSettings, Retriever
@@ -22,6 +22,7 @@ from rag_pipeline.retrieve.semantic_cache import SemanticCache, cache_collection
 from rag_pipeline.settings import Settings
 
 HYDE_TEMPERATURE = 0.7  # hypothetical documents should differ from each other (the HyDE paper's setting)
+HYDE_MAX_TOKENS = 256  # a passage, not an essay
 
 
 def embedder(settings: Settings) -> Embedder:
@@ -93,9 +94,7 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) ->
             raise ValueError(f"RAG_HYDE={settings.hyde} needs an LLM: set RAG_OLLAMA_URL (or RAG_HYDE=off)")
         if query_embedder is None:
             raise EmbedderUnavailable("HyDE needs the embedding model, which cannot be loaded")
-        llm = OllamaLLM(settings.ollama_url, settings.ollama_chat_model, temperature=HYDE_TEMPERATURE,
-                        max_tokens=256, context_window=settings.llm_context_window,
-                        timeout=settings.llm_timeout_s, retries=settings.llm_retries)
+        llm = build_llm(settings, temperature=HYDE_TEMPERATURE, max_tokens=HYDE_MAX_TOKENS)
         hyde = Hyde(llm, query_embedder, settings.hyde, settings.hyde_documents, settings.hyde_adaptive_threshold)
     store = open_store(settings, dimension=dimension)
     cache = None
@@ -117,27 +116,17 @@ def guardrail_settings(settings: Settings) -> GuardrailSettings:
                              hierarchy=settings.guard_hierarchy, output=settings.guard_output)
 
 
-def llm(settings: Settings) -> OllamaLLM | None:
-    """The configured chat LLM, or None without RAG_OLLAMA_URL."""
-    if not settings.ollama_url:
-        return None
-    return OllamaLLM(settings.ollama_url, settings.ollama_chat_model, temperature=settings.llm_temperature,
-                     max_tokens=settings.llm_max_tokens, context_window=settings.llm_context_window,
-                     timeout=settings.llm_timeout_s, retries=settings.llm_retries)
-
-
 def answerer(settings: Settings, retriever: Retriever) -> Answerer:
     """The configured answerer over `retriever`: generator, guardrail layers, budget and chunk filter."""
-    chat = llm(settings)
+    chat = build_llm(settings)
     if settings.generator == "ollama" and chat is None:
         raise ValueError("RAG_GENERATOR=ollama needs RAG_OLLAMA_URL")
-    generator: Generator = ExtractiveGenerator(retriever.embedder, threshold=settings.extractive_threshold)
-    if chat is not None and settings.generator != "extractive":
-        generator = OllamaGenerator(chat)
     if settings.chunk_filter and chat is None:
         raise ValueError("RAG_CHUNK_FILTER=true needs an LLM: set RAG_OLLAMA_URL")
+    extractive = ExtractiveGenerator(retriever.embedder, threshold=settings.extractive_threshold)
+    generator: Generator = OllamaGenerator(chat) if chat is not None and settings.generator != "extractive" \
+        else extractive
     return Answerer(retriever, generator, guardrails=guardrail_settings(settings),
                     budget_tokens=settings.context_budget_tokens,
                     chunk_filter=chat if settings.chunk_filter else None,
-                    chunk_filter_threshold=settings.chunk_filter_threshold,
-                    fallback=ExtractiveGenerator(retriever.embedder, threshold=settings.extractive_threshold))
+                    chunk_filter_threshold=settings.chunk_filter_threshold, fallback=extractive)

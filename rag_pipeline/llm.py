@@ -123,15 +123,17 @@ class OllamaLLM:
         return {**result, "reachable": True, "model_available": available, "error": error}
 
 
-def build_llm(settings: Settings) -> OllamaLLM | None:
-    """The configured LLM, or None when no Ollama URL (RAG_OLLAMA_URL) is set."""
+def build_llm(settings: Settings, *, temperature: float | None = None, max_tokens: int | None = None
+              ) -> OllamaLLM | None:
+    """The configured LLM, or None when no Ollama URL (RAG_OLLAMA_URL) is set. `temperature` and `max_tokens`
+    override the settings for a caller with other needs (HyDE)."""
     if not settings.ollama_url:
         return None
     return OllamaLLM(
         settings.ollama_url,
         model=settings.ollama_chat_model,
-        temperature=settings.llm_temperature,
-        max_tokens=settings.llm_max_tokens,
+        temperature=settings.llm_temperature if temperature is None else temperature,
+        max_tokens=settings.llm_max_tokens if max_tokens is None else max_tokens,
         context_window=settings.llm_context_window,
         timeout=settings.llm_timeout_s,
         retries=settings.llm_retries,

@@ -10,6 +10,7 @@ from rag_pipeline.evaluate.golden import load_golden
 from rag_pipeline.evaluate.judge import Judge
 from rag_pipeline.evaluate.runner import Granularity, evaluate_golden
 from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.llm import build_llm
 from rag_pipeline.settings import Settings
 
 HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr@10", "map", "precision@5", "success@1")
@@ -23,7 +24,7 @@ def evaluate_index(settings: Settings, golden_path: str | Path | None = None, *,
     golden = load_golden(golden_path or settings.eval_golden_path, known_paths)
     retriever = components.open_retriever(settings, semantic_cache=False)
     try:
-        llm = components.llm(settings)
+        llm = build_llm(settings)
         judge = Judge(llm) if llm is not None and settings.eval_judge and with_answers else None
         report = evaluate_golden(
             golden, components.answerer(settings, retriever), top_k=top_k, granularity=granularity,

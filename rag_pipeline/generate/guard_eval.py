@@ -7,6 +7,7 @@ A benign case is a false positive when its own document is quarantined or its an
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,9 +115,9 @@ def evaluate(answerer: Answerer, cases: list[Case], top_k: int = 5,
 
 def replace_layers(answerer: Answerer, layers: GuardrailSettings) -> Answerer:
     """The same answerer with other guardrail layers."""
-    return Answerer(answerer.retriever, answerer.generator, guardrails=layers,
-                    budget_tokens=answerer.budget_tokens, chunk_filter=answerer.chunk_filter,
-                    chunk_filter_threshold=answerer.chunk_filter_threshold, fallback=answerer.fallback)
+    configured = copy.copy(answerer)
+    configured.guardrails = layers
+    return configured
 
 
 def format_table(report: dict[str, Any]) -> str:

@@ -306,7 +306,8 @@ def health(retriever: Retriever, settings: Settings) -> dict[str, Any]:
     """Status of the store, the embedder, the reranker, the cache and the LLM. "down" when the store is."""
     store: dict[str, Any] = {"collection": retriever.store.collection, "backend": settings.qdrant_url or "embedded"}
     try:
-        store.update(ok=True, points=retriever.store.count(), index_version=retriever.store.index_version())
+        info = retriever.store.info()
+        store.update(ok=True, points=info["points"], index_version=info["index_version"])
     except Exception as error:
         store.update(ok=False, error=f"{type(error).__name__}: {error}")
     embedder: dict[str, Any] = {"ok": retriever.embedder is not None,
