@@ -238,13 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no model-loading bars in the output
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     warnings.filterwarnings("ignore", message=".*is currently in beta")
+    missing = [root for root in getattr(args, "roots", []) if not Path(root).is_dir()]  # ingest, manifest
+    if missing:
+        print(f"rag-pipeline: not a directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
     if args.command == "ingest":
         from rag_pipeline.serve.ingest import IngestFailed, ingest
 
-        missing = [root for root in args.roots if not Path(root).is_dir()]
-        if missing:
-            print(f"rag-pipeline: not a directory: {', '.join(missing)}", file=sys.stderr)
-            return 2
         try:
             summary = ingest(args.roots, args.data_dir, progress=True)
         except IngestFailed as exc:
@@ -255,15 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print_ingest_summary(summary, args.data_dir)
     elif args.command == "manifest":
+        from rag_pipeline.corpus_rules import configured_rules
         from rag_pipeline.manifest_report import format_report, manifest_report
         from rag_pipeline.settings import Settings
         from rag_pipeline.sources import discover
-
-        missing = [root for root in args.roots if not Path(root).is_dir()]
-        if missing:
-            print(f"rag-pipeline: not a directory: {', '.join(missing)}", file=sys.stderr)
-            return 2
-        from rag_pipeline.corpus_rules import configured_rules
 
         settings = Settings(data_dir=args.data_dir)
         try:
