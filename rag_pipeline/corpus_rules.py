@@ -5,12 +5,18 @@
     types: [md, pdf]                        # document types to ingest; none given: every accepted type
     min_bytes: 10
     max_bytes: 20000000
+    tags:                                   # glob -> tag (or list of tags) for the files it matches
+      "handbook/**": policy
+      "legal/**": [legal, contract]
 
-A file the rules leave out is excluded (not refused), with the rule that decided it as the reason.
+A file the rules leave out is excluded (not refused), with the rule that decided it as the reason. A document's
+tags are those of every pattern one of its paths matches; they land in the sidecar and in every chunk's payload
+(filter key `tags`), and a change of the rules re-tags indexed documents without re-embedding them.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +24,8 @@ import yaml
 
 from rag_pipeline.sources import DOC_TYPES, ignoring_pattern
 
-KEYS = ("include", "exclude", "types", "min_bytes", "max_bytes")
+KEYS = ("include", "exclude", "types", "min_bytes", "max_bytes", "tags")
+TAG = re.compile(r"^[\w][\w.:/-]*$")  # a word, then word characters, dots, colons, slashes or dashes
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,13 @@ class CorpusRules:
     types: tuple[str, ...] = ()
     min_bytes: int = 0
     max_bytes: int | None = None
+    tags: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (glob, tags) in file order
     source: str = "corpus rules"  # named in every reason
+
+    def tags_for(self, rel_path: str) -> tuple[str, ...]:
+        """The sorted tags of every tag pattern the root-relative path matches."""
+        return tuple(sorted({tag for pattern, tags in self.tags if ignoring_pattern(rel_path, [pattern])
+                             for tag in tags}))
 
     def exclusion(self, rel_path: str, doc_type: str, size: int) -> str | None:
         """Why the rules leave this file out, or None when they keep it."""
@@ -73,10 +86,32 @@ def load_rules(path: str | Path) -> CorpusRules:
             problems.append(f"{key} must be a whole number of bytes >= 0, got {value!r}")
             value = None
         bounds[key] = value
+    tags = parse_tags(raw.get("tags"), problems)
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems))
     return CorpusRules(lists["include"], lists["exclude"], lists["types"], bounds["min_bytes"] or 0,
-                       bounds["max_bytes"], source=str(path))
+                       bounds["max_bytes"], tags, source=str(path))
+
+
+def parse_tags(raw: object, problems: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The `tags` mapping (glob -> tag or list of tags) as pairs; problems appended to `problems`."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        problems.append("tags must be a mapping of glob: tag (or a list of tags)")
+        return ()
+    pairs = []
+    for pattern, value in raw.items():
+        values = [value] if isinstance(value, str) else value
+        if not isinstance(pattern, str) or not pattern.strip():
+            problems.append(f"tag pattern {pattern!r} must be a non-empty glob")
+        elif not isinstance(values, list) or not values or not all(isinstance(tag, str) and TAG.match(tag)
+                                                                   for tag in values):
+            problems.append(f"tags of {pattern!r} must be a tag or a list of tags (letters, digits, _ . : / -), "
+                            f"got {value!r}")
+        else:
+            pairs.append((pattern.strip(), tuple(values)))
+    return tuple(pairs)
 
 
 def configured_rules(rules_path: Path | None) -> CorpusRules | None:

@@ -1,6 +1,6 @@
-"""The dry-run report of a discovery: every file with included / refused / excluded and the reason, plus
-coverage (counts and bytes by type and by top folder, largest files, empty files) and which text files the
-redaction would change, before anything is converted or embedded."""
+"""The dry-run report of a discovery: every file with included / refused / excluded and the reason (and the
+tags the corpus rules give it), plus coverage (counts and bytes by type, by top folder and by tag, largest files,
+empty files) and which text files the redaction would change, before anything is converted or embedded."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
                     role_email_prefixes: Sequence[str] = DEFAULT_ROLE_EMAIL_PREFIXES) -> dict[str, Any]:
     """The report as a JSON-ready dict."""
     roots = [str(Path(root).resolve()) for root in roots]
-    files = [{"path": f.path, "status": "included", "reason": "", "type": f.doc_type, "bytes": f.size}
-             for f in manifest.files]
+    files = [{"path": f.path, "status": "included", "reason": "", "type": f.doc_type, "bytes": f.size,
+              "tags": list(f.tags)} for f in manifest.files]
     files += [{"path": e.path, "status": "refused", "reason": e.reason, "type": Path(e.path).suffix.lstrip("."),
                "bytes": _size(e.path)} for e in manifest.errors]
     files += [{"path": e.path, "status": "excluded", "reason": e.reason, "type": Path(e.path).suffix.lstrip("."),
@@ -45,8 +45,11 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
     files.sort(key=lambda row: row["path"])
     by_type: dict[str, dict[str, int]] = {}
     by_folder: dict[str, dict[str, int]] = {}
+    by_tag: dict[str, dict[str, int]] = {}
     for source in manifest.files:
-        for table, key in ((by_type, source.doc_type), (by_folder, top_folder(source.path, roots))):
+        keys = [(by_type, source.doc_type), (by_folder, top_folder(source.path, roots))]
+        keys += [(by_tag, tag) for tag in source.tags]
+        for table, key in keys:
             entry = table.setdefault(key, {"files": 0, "bytes": 0})
             entry["files"] += 1
             entry["bytes"] += source.size
@@ -65,6 +68,8 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
                     "excluded": len(manifest.excluded), "would_redact": len(redactions)},
         "by_type": dict(sorted(by_type.items())),
         "by_folder": dict(sorted(by_folder.items())),
+        "by_tag": dict(sorted(by_tag.items())),
+        "untagged": sum(1 for f in manifest.files if not f.tags),
         "largest": [{"path": f.path, "bytes": f.size} for f in largest],
         "empty": [e.path for e in manifest.errors if e.reason == "empty file"],
         "redactions": redactions,
@@ -83,6 +88,9 @@ def format_report(report: dict[str, Any]) -> str:
     lines += [f"  {name:12} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_type"].items()]
     lines += ["by top folder:"]
     lines += [f"  {name:24} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_folder"].items()]
+    if report["by_tag"]:
+        lines += [f"by tag ({report['untagged']} files untagged):"]
+        lines += [f"  {name:24} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_tag"].items()]
     lines += ["largest:"] + [f"  {row['bytes']:>14,}  {row['path']}" for row in report["largest"]]
     if report["redactions"]:
         lines += ["would be redacted:"]

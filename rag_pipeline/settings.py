@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     )
     extensions: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(ACCEPTED_EXTENSIONS))
     max_file_bytes: int = 50 * 1024 * 1024
-    # Corpus rules (include/exclude globs, types, size bounds) in a YAML file; see rag_pipeline/corpus_rules.py.
+    # Corpus rules (include/exclude globs, types, size bounds, per-folder tags) in a YAML file; see corpus_rules.py.
     corpus_rules: Path | None = None
 
     # Shards: a document's shard is the first `shard_hex_digits` hex digits of its SHA-256 (16 or 256 shards).

@@ -7,7 +7,7 @@ import hashlib
 import os
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,13 +25,15 @@ SNIFF_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class SourceFile:
-    """A usable document: its path (absolute, as found under its root) and the SHA-256 of its bytes."""
+    """A usable document: its path (absolute, as found under its root), the SHA-256 of its bytes and the tags the
+    corpus rules give its path."""
 
     path: str
     root: str
     sha256: str
     size: int
     doc_type: str
+    tags: tuple[str, ...] = ()
 
     @property
     def relative_path(self) -> str:
@@ -60,6 +62,11 @@ class Manifest:
         for source in sorted(self.files, key=lambda f: f.path):
             by_sha.setdefault(source.sha256, []).append(source)
         return by_sha
+
+
+def document_tags(sources: Iterable[SourceFile]) -> list[str]:
+    """A document's tags: those of all its paths, sorted."""
+    return sorted({tag for source in sources for tag in source.tags})
 
 
 # Cache of (size, mtime_ns) -> sha per resolved path, so unchanged files are not re-hashed.
@@ -236,7 +243,7 @@ def discover(
     rules: CorpusRules | None = None,
 ) -> Manifest:
     """Walk every root once and return the manifest of usable, refused and excluded files (`rules`: corpus
-    rules that may exclude more)."""
+    rules that may exclude more and tag the files they keep)."""
     manifest = Manifest()
     seen: set[Path] = set()
     for root in dedupe_roots(roots):
@@ -256,7 +263,11 @@ def discover(
                 manifest.excluded.append(SourceError(str(path), exclusion))
                 continue
             try:
-                manifest.files.append(inspect(path, root, max_file_bytes=max_file_bytes, cache=cache))
+                source = inspect(path, root, max_file_bytes=max_file_bytes, cache=cache)
             except RefusedFile as exc:
                 manifest.errors.append(SourceError(str(path), str(exc)))
+                continue
+            if rules is not None and rules.tags:
+                source = replace(source, tags=rules.tags_for(source.relative_path))
+            manifest.files.append(source)
     return manifest

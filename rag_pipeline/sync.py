@@ -24,21 +24,22 @@ from rag_pipeline.convert import ConversionError, DocumentConverter
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.redact import find_secrets, redact
 from rag_pipeline.settings import Settings
-from rag_pipeline.sources import Manifest, sha256_file
+from rag_pipeline.sources import Manifest, document_tags, sha256_file
 
 HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 
 
 @dataclass
 class StageReport:
-    """What one stage did over its shards (SHAs added, purged, moved, failed with their error)."""
+    """What one stage did over its shards (SHAs added, purged, moved, re-tagged, failed with their error)."""
 
     stage: str
     shards: list[str]
     added: list[str] = field(default_factory=list)
     skipped: int = 0
     purged: list[str] = field(default_factory=list)
-    moved: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)  # paths changed (moved, copied, a copy deleted)
+    retagged: list[str] = field(default_factory=list)  # tags changed (the corpus rules or the paths did)
     failed: dict[str, str] = field(default_factory=dict)
     chunks: int = 0
     seconds: float = 0.0
@@ -65,7 +66,7 @@ def describe(row: dict[str, Any] | None, sha: str) -> str:
 
 def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
     """Snapshot new documents' bytes, drop vanished SHAs (each later stage purges its own artifacts in turn),
-    and record every document's current paths."""
+    and record every document's current paths and tags."""
     started = time.perf_counter()
     report = StageReport("raw", sorted(shards))
     store = stores(settings)["raw"]
@@ -77,13 +78,15 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
         held = store.shas(shard)
         for sha in sorted(wanted):
             sources = documents[sha]
-            paths = [source.path for source in sources]
-            row = {"sha": sha, "shard": shard, "paths": paths, "doc_type": sources[0].doc_type,
+            paths, tags = [source.path for source in sources], document_tags(sources)
+            row = {"sha": sha, "shard": shard, "paths": paths, "tags": tags, "doc_type": sources[0].doc_type,
                    "bytes": sources[0].size, "rel_path": sources[0].relative_path}
             if sha in held:
                 report.skipped += 1
                 if sha in known and sorted(known[sha]["paths"]) != sorted(paths):
                     report.moved.append(sha)
+                if sha in known and sorted(known[sha]["tags"] or []) != tags:
+                    report.retagged.append(sha)
             else:
                 error = snapshot(store, shard, sha, sources[0].path, sources[0].doc_type)
                 if error:

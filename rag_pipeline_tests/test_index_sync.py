@@ -33,7 +33,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Local mode performs exact"),
 ]
 PAYLOAD_KEYS = {"text", "window_text", "paths", "path", "heading_path", "line_start", "page", "chunk_index",
-                "sha", "shard", "doc_type", "ingested_at"}
+                "sha", "shard", "doc_type", "tags", "ingested_at"}
 
 
 @pytest.fixture(params=["edge", "server"])
@@ -71,10 +71,10 @@ def all_points(store: VectorStore, settings: Settings) -> dict[str, dict]:
 
 
 def assert_index_agrees(data_dir: Path) -> dict[str, dict]:
-    """Points == sidecar chunk rows == chunk file lines, with complete payloads and current paths."""
+    """Points == sidecar chunk rows == chunk file lines, with complete payloads and current paths and tags."""
     settings = Settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_path)
-    rows = sidecar.query("SELECT c.chunk_id, c.sha, d.paths FROM chunks c JOIN documents d USING (sha)")
+    rows = sidecar.query("SELECT c.chunk_id, c.sha, d.paths, d.tags FROM chunks c JOIN documents d USING (sha)")
     with open_store(data_dir) as store:
         total = store.count()
         points = all_points(store, settings)
@@ -83,6 +83,7 @@ def assert_index_agrees(data_dir: Path) -> dict[str, dict]:
         payload = points[row["chunk_id"]]
         assert set(payload) == PAYLOAD_KEYS
         assert payload["sha"] == row["sha"] and sorted(payload["paths"]) == sorted(row["paths"])
+        assert payload["tags"] == row["tags"]
         assert payload["path"] == payload["paths"][0] and payload["text"]
     return points
 
@@ -157,6 +158,71 @@ def test_edit_rename_copy_delete_keep_the_index_exact(backend: str, tmp_path: Pa
     summary = ingest([root], data_dir)
     assert summary["purged"] == 1 and summary["points_deleted"] > 0
     assert not [hit for hit in hits_for_token(data_dir, "QX-9031") if "QX-9031" in hit["text"]]
+    assert_index_agrees(data_dir)
+
+
+TAG_RULES = """
+tags:
+  "guides/**": [handbook, how-to]
+  "ops/**": runbook
+  "archive/**": archived
+"""
+
+
+def test_corpus_rule_tags_follow_rule_changes_and_moves_without_reembedding(
+        backend: str, tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = small_corpus(tmp_path / "docs")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(TAG_RULES)
+    monkeypatch.setenv("RAG_CORPUS_RULES", str(rules))
+    first = ingest([root], data_dir)
+    assert first["failed"] == [] and first["retagged"] == 0
+    assert_index_agrees(data_dir)
+
+    def tags_by_name() -> dict[str, list[str]]:
+        rows = Sidecar(Settings(data_dir=data_dir).sidecar_path).documents().values()
+        return {Path(row["paths"][-1]).name: row["tags"] for row in rows}  # a copy in archive/ sorts first
+
+    def tagged(tag: str | list[str]) -> set[str]:
+        with open_store(data_dir) as store:
+            hits = store.search_dense([store.dimension ** -0.5] * store.dimension, 100, {"tags": tag})
+        return {Path(path).name for hit in hits for path in hit.payload["paths"]}
+
+    assert tags_by_name() == {"installation.md": ["handbook", "how-to"], "configuration.md": ["handbook", "how-to"],
+                              "incident-runbook.md": ["runbook"], "glossary.md": [], "faq.txt": []}
+    assert tagged("handbook") == {"installation.md", "configuration.md"}
+    assert tagged(["runbook", "how-to"]) == {"installation.md", "configuration.md", "incident-runbook.md"}
+
+    # The rules change, the bytes do not: the points are relabelled, nothing is converted or embedded again.
+    rules.write_text('tags:\n  "guides/install*": setup\n  "**/*.txt": faq\n')
+    summary = ingest([root], data_dir)
+    assert (summary["retagged"], summary["moved"], summary["added"]) == (4, 0, 0)
+    assert (summary["vectors_computed"], summary["points_upserted"], summary["points_deleted"]) == (0, 0, 0)
+    assert tags_by_name()["installation.md"] == ["setup"] and tags_by_name()["incident-runbook.md"] == []
+    assert tagged("handbook") == set() and tagged("setup") == {"installation.md"} and tagged("faq") == {"faq.txt"}
+    assert_index_agrees(data_dir)
+    assert ingest([root], data_dir)["run_id"] is None  # in sync: nothing pending
+
+    # A copy under a tagged folder adds its tags to the document's; deleting the copy takes them away again.
+    rules.write_text(TAG_RULES)
+    ingest([root], data_dir)
+    copy = root / "archive" / "runbook.md"
+    copy.parent.mkdir()
+    shutil.copy(root / "ops" / "incident-runbook.md", copy)
+    summary = ingest([root], data_dir)
+    assert (summary["moved"], summary["retagged"], summary["vectors_computed"]) == (1, 1, 0)
+    assert tags_by_name()["incident-runbook.md"] == ["archived", "runbook"]
+    assert tagged("archived") == {"incident-runbook.md", "runbook.md"}
+    copy.unlink()
+    summary = ingest([root], data_dir)
+    assert (summary["moved"], summary["retagged"], summary["vectors_computed"]) == (1, 1, 0)
+    assert tagged("archived") == set()
+    assert_index_agrees(data_dir)
+
+    # Without rules every tag goes.
+    monkeypatch.delenv("RAG_CORPUS_RULES")
+    assert ingest([root], data_dir)["retagged"] == 3
+    assert set(map(tuple, tags_by_name().values())) == {()}
     assert_index_agrees(data_dir)
 
 

@@ -246,6 +246,47 @@ def test_sensor_requests_one_run_for_affected_shards(tmp_path: Path, data_dir: P
         assert "| md | 4 |" in metadata["by_type"].value
 
 
+def test_sensor_requests_the_shard_a_tag_rule_change_retags(tmp_path: Path, data_dir: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    root = small_corpus(tmp_path / "docs")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("tags:\n  ops/**: runbook\n")
+    monkeypatch.setenv("RAG_CORPUS_RULES", str(rules))
+    rag = RagResource(roots=[str(root)], data_dir=str(data_dir))
+    settings = rag.settings
+    with dg.instance_for_test() as instance:
+        first = source_files_sensor(dg.build_sensor_context(instance=instance, resources={"rag": rag}))
+        assert dg.materialize(INGEST_ASSETS, resources={"rag": rag}, instance=instance,
+                              tags=first.run_requests[0].tags).success
+
+        # Only the rules change: the tick requests the shard of the one document they re-tag.
+        rules.write_text("tags:\n  ops/**: [runbook, on-call]\n")
+        tick = source_files_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor,
+                                                           resources={"rag": rag}))
+        runbook = root / "ops" / "incident-runbook.md"
+        assert tick.run_requests[0].tags["rag/changed_shards"] == settings.shard_of(sha_of(runbook))
+        result = dg.materialize(INGEST_ASSETS, resources={"rag": rag}, instance=instance,
+                                tags=tick.run_requests[0].tags)
+        assert result.success
+        raw = result.asset_materializations_for_node("raw_documents")[0].metadata
+        index = result.asset_materializations_for_node("vector_index")[0].metadata
+        assert (raw["retagged"].value, raw["added"].value) == (1, 0)
+        assert (index["retagged"].value, index["points_upserted"].value, index["moved"].value) == (1, 0, 0)
+        [record] = index["documents"].value.records
+        assert record.data["tags"] == "on-call, runbook" and record.data["path"] == str(runbook)
+        embeddings = result.asset_materializations_for_node("embeddings")[0].metadata
+        assert embeddings["vectors_computed"].value == 0
+        quiet = source_files_sensor(dg.build_sensor_context(instance=instance, cursor=tick.cursor,
+                                                            resources={"rag": rag}))
+        assert not quiet.run_requests
+        summary = dg.materialize([corpus_summary, *INGEST_ASSETS], selection=[corpus_summary],
+                                 resources={"rag": rag}, instance=instance)
+        by_tag = summary.asset_materializations_for_node("corpus_summary")[0].metadata["by_tag"].value
+        chunks = Sidecar(settings.sidecar_path).documents_by_sha([sha_of(runbook)])[sha_of(runbook)]["chunks"]
+        assert f"| on-call | 1 | {chunks} |" in by_tag and f"| runbook | 1 | {chunks} |" in by_tag
+        assert "| (untagged) | 5 |" in by_tag
+
+
 def test_cli_ingest_json(tmp_path: Path, data_dir: Path) -> None:
     root = tmp_path / "docs"
     root.mkdir()

@@ -113,10 +113,100 @@ def test_corpus_rules_errors(tmp_path: Path) -> None:
     from rag_pipeline.corpus_rules import load_rules
 
     bad = tmp_path / "rules.yaml"
-    bad.write_text("include: docs/**\ntypes: [md, exe]\nmax_bytes: -1\ncolour: red\n")
+    bad.write_text("include: docs/**\ntypes: [md, exe]\nmax_bytes: -1\ncolour: red\n"
+                   "tags:\n  legal/**: [legal, 'two words']\n  hr/**: []\n  ops/**: runbook\n")
     with pytest.raises(ValueError) as raised:
         load_rules(bad)
     message = str(raised.value)
     for expected in ("unknown key 'colour'", "include must be a list of strings", "unknown type(s) exe",
-                     "max_bytes must be a whole number"):
+                     "max_bytes must be a whole number", "tags of 'legal/**' must be a tag or a list of tags",
+                     "tags of 'hr/**'"):
         assert expected in message
+    assert "ops/**" not in message
+    bad.write_text("tags: [policy]\n")
+    with pytest.raises(ValueError, match="tags must be a mapping of glob: tag"):
+        load_rules(bad)
+
+
+def test_tags_for_unions_every_matching_pattern(tmp_path: Path) -> None:
+    from rag_pipeline.corpus_rules import load_rules
+
+    path = tmp_path / "rules.yaml"
+    path.write_text('tags:\n  "handbook/**": policy\n  "**/*.pdf": [scanned, policy]\n'
+                    '  "legal/contracts/*": contract\n')
+    rules = load_rules(path)
+    assert rules.tags_for("handbook/leave.md") == ("policy",)
+    assert rules.tags_for("handbook/forms/leave.pdf") == ("policy", "scanned")
+    assert rules.tags_for("leave.pdf") == ("policy", "scanned")  # "**/x" also matches at the top
+    assert rules.tags_for("legal/contracts/nda.md") == ("contract",)
+    assert rules.tags_for("legal/contracts/old/nda.md") == ("contract",)  # fnmatch: "*" also crosses "/"
+    assert rules.tags_for("legal/nda.md") == ()
+    assert rules.tags_for("notes/todo.md") == ()
+    assert rules.exclusion("notes/todo.md", "md", 10) is None  # tags alone exclude nothing
+
+
+TAG_RULES = """
+tags:
+  "notes/**": maintenance
+  "access.md": [security, policy]
+"""
+
+
+def test_tags_in_the_manifest_the_index_search_and_inspect(tree: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from rag_pipeline.serve.ingest import ingest
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(TAG_RULES)
+    monkeypatch.setenv("RAG_CORPUS_RULES", str(rules))
+    assert main(["manifest", str(tree), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    by_name = {Path(row["path"]).name: row for row in report["files"]}
+    assert by_name["plain.txt"]["tags"] == ["maintenance"] and by_name["access.md"]["tags"] == ["policy", "security"]
+    assert report["by_tag"] == {"maintenance": {"files": 2, "bytes": 2 * 29 * 20},
+                                "policy": {"files": 1, "bytes": len(SECRET_DOC)},
+                                "security": {"files": 1, "bytes": len(SECRET_DOC)}}
+    assert report["untagged"] == 0
+    assert main(["manifest", str(tree)]) == 0
+    assert "by tag (0 files untagged):\n  maintenance" in capsys.readouterr().out
+    rag = RagResource(roots=[str(tree)], data_dir=str(tmp_path / "dry"))
+    metadata = dg.materialize([source_manifest], resources={"rag": rag}).asset_materializations_for_node(
+        "source_manifest")[0].metadata
+    assert "| maintenance | 2 |" in metadata["by_tag"].value and "| (untagged) | 0 |" in metadata["by_tag"].value
+
+    data_dir = tmp_path / "data"
+    assert ingest([tree], data_dir)["failed"][0]["error"] == "empty file"
+    rows = json.loads(run_cli(capsys, "inspect", "documents", "--tag", "security", "--json",
+                              "--data-dir", str(data_dir)))
+    assert [(Path(row["path"]).name, row["tags"]) for row in rows] == [("access.md", "policy,security")]
+    found = json.loads(run_cli(capsys, "search", "how often are pumps inspected", "--filter", "tags=maintenance",
+                               "--json", "--data-dir", str(data_dir)))
+    assert found["results"] and {tuple(hit["tags"]) for hit in found["results"]} == {("maintenance",)}
+    none = json.loads(run_cli(capsys, "search", "pumps", "--filter", "tags=legal", "--json",
+                              "--data-dir", str(data_dir)))
+    assert none["results"] == []
+
+
+def run_cli(capsys: pytest.CaptureFixture, *args: str) -> str:
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_an_older_sidecar_gains_the_tags_column(tmp_path: Path) -> None:
+    import duckdb
+
+    from rag_pipeline.index.sidecar import DOCUMENT_COLUMNS, Sidecar
+
+    path = tmp_path / "sidecar.duckdb"
+    old_columns = {name: kind for name, kind in DOCUMENT_COLUMNS.items() if name != "tags"}
+    with duckdb.connect(str(path)) as con:  # the documents table as it was before tags existed
+        con.execute(f"CREATE TABLE documents ({', '.join(f'{n} {k}' for n, k in old_columns.items())})")
+        con.execute("INSERT INTO documents (sha, shard, paths, doc_type, status) "
+                    "VALUES ('a1', 'a', ['/d/x.md'], 'md', 'ok')")
+    sidecar = Sidecar(path)
+    assert sidecar.documents()["a1"]["tags"] is None and sidecar.documents()["a1"]["paths"] == ["/d/x.md"]
+    sidecar.upsert([{"sha": "a1", "tags": ["policy"]}, {"sha": "b2", "shard": "b", "paths": ["/d/y.md"], "tags": []}])
+    stored = sidecar.documents()
+    assert (stored["a1"]["tags"], stored["a1"]["paths"], stored["a1"]["status"]) == (["policy"], ["/d/x.md"], "ok")
+    assert stored["b2"]["tags"] == [] and stored["b2"]["shard"] == "b"

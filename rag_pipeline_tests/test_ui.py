@@ -351,11 +351,12 @@ def test_dagster_ui_shows_the_pipeline(tmp_path: Path) -> None:
         assert all(key in partitions.texts for key in SHARD_KEYS), partitions.texts
 
         # 3. markdown_documents' latest materialization: the documents table, one row per converted document.
+        HEAD = ["path", "sha", "shard", "type", "tags", "status"]
         documents = show("markdown_documents", "/assets/markdown_documents",
-                         lambda p: any(t and t[0][:5] == ["path", "sha", "shard", "type", "status"] for t in p.tables))
+                         lambda p: any(t and t[0][:6] == HEAD for t in p.tables))
         assert "markdown_documents" in documents.title, documents.title
         rows = documents.table_with_header(list(TABLE_COLUMNS))
-        assert ["path", "sha", "shard", "type", "status"] == list(TABLE_COLUMNS)[:5]
+        assert HEAD == list(TABLE_COLUMNS)[:6]
         assert len(rows) == len(files), f"{len(rows)} document rows for {len(files)} files: {rows}"
         shown = {}
         for row in rows:
@@ -363,7 +364,7 @@ def test_dagster_ui_shows_the_pipeline(tmp_path: Path) -> None:
             relative = Path(record["path"]).relative_to(roots).as_posix()
             sha = sha_of[relative]
             assert record["sha"] == sha[:12] and record["shard"] == sha[0], record
-            assert record["type"] == Path(relative).suffix.lstrip(".").lower(), record
+            assert record["type"] == Path(relative).suffix.lstrip(".").lower() and record["tags"] == "", record
             # The sidecar's state when this stage ran: converted (chars, pages of paged formats), not failed;
             # "ok" comes with the chunks stage, so the row still says "pending".
             assert record["status"] in ("pending", "ok") and record["error"] == "", record

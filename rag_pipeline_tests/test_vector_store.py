@@ -14,6 +14,7 @@ import pytest
 
 from rag_pipeline.index.sparse import encode_document, encode_query
 from rag_pipeline.index.vector_store import (
+    IndexedDocument,
     IndexPoint,
     VectorStore,
     VectorStoreLocked,
@@ -135,20 +136,41 @@ def test_get_by_id(store: VectorStore, points: list[IndexPoint]) -> None:
     assert {hit.id: hit.payload for hit in hits}[points[5].id] == points[5].payload
 
 
-def test_set_paths_and_shard_state(store: VectorStore, points: list[IndexPoint]) -> None:
+def test_relabel_and_shard_state(store: VectorStore, points: list[IndexPoint]) -> None:
     store.upsert(points)
-    assert store.shard_state("s0") == {
-        "sha0": (3, ["/docs/sha0.md", "/mirror/sha0.md"]),
-        "sha1": (3, ["/docs/sha1.md", "/mirror/sha1.md"]),
+    assert store.shard_state("s0") == {  # points written without tags (as before tags existed) hold none
+        "sha0": IndexedDocument(3, ["/docs/sha0.md", "/mirror/sha0.md"], []),
+        "sha1": IndexedDocument(3, ["/docs/sha1.md", "/mirror/sha1.md"], []),
     }
-    store.set_paths("sha1", ["/moved/b.pdf"])
-    assert store.shard_state("s0")["sha1"] == (3, ["/moved/b.pdf"])
+    store.relabel("sha1", ["/moved/b.pdf"], ["contract", "legal"])
+    assert store.shard_state("s0")["sha1"] == IndexedDocument(3, ["/moved/b.pdf"], ["contract", "legal"])
     hits = store.search_dense(points[0].dense, top_k=20)
     for hit in hits:
         sha = hit.payload["sha"]
         expected = ["/moved/b.pdf"] if sha == "sha1" else [f"/docs/{sha}.md", f"/mirror/{sha}.md"]
         assert (hit.payload["paths"], hit.payload["path"]) == (expected, expected[0])
+        assert hit.payload.get("tags", []) == (["contract", "legal"] if sha == "sha1" else [])
+    store.relabel("sha1", ["/moved/b.pdf"], [])
+    assert store.shard_state("s0")["sha1"].tags == []
     assert store.shard_state("missing") == {}
+
+
+def test_tags_filter_matches_any_tag_of_a_point(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    store.relabel("sha0", ["/docs/sha0.md"], ["handbook", "policy"])
+    store.relabel("sha2", ["/docs/sha2.md"], ["policy"])
+    dense, sparse = points[0].dense, encode_query("pump")
+
+    def shas(hits: list) -> set[str]:
+        return {hit.payload["sha"] for hit in hits}
+
+    assert shas(store.search_dense(dense, 20, {"tags": "policy"})) == {"sha0", "sha2"}
+    assert shas(store.search_dense(dense, 20, {"tags": "handbook"})) == {"sha0"}
+    assert shas(store.search_dense(dense, 20, {"tags": ["handbook", "legal"]})) == {"sha0"}
+    assert shas(store.search_sparse(sparse, 20, {"tags": "policy", "doc_type": "md"})) <= {"sha0", "sha2"}
+    assert shas(store.search_hybrid(dense, sparse, 20, filters={"tags": "policy"})) == {"sha0", "sha2"}
+    assert store.search_dense(dense, 20, {"tags": "legal"}) == []
+    assert store.count() == 12
 
 
 def test_search_dense_nearest_and_filters(store: VectorStore, points: list[IndexPoint]) -> None:
@@ -265,11 +287,11 @@ store = open_vector_store(data_dir=Path(sys.argv[1]), model_id={MODEL!r}, dimens
 def test_edge_persists_across_processes(tmp_path: Path, points: list[IndexPoint]) -> None:
     store = open_store("edge", tmp_path)
     store.upsert(points)
-    store.set_paths("sha2", ["/renamed.md"])
+    store.relabel("sha2", ["/renamed.md"], ["kept"])
     store.delete_shas(["sha3"])
     store.close()
-    child = OPEN_IN_CHILD + "print(store.count(), store.shard_state('s1'))\nstore.close()\n"
-    assert run_python(child, str(tmp_path)).stdout.strip() == "9 {'sha2': (3, ['/renamed.md'])}"
+    child = OPEN_IN_CHILD + "print(store.count(), tuple(store.shard_state('s1')['sha2']))\nstore.close()\n"
+    assert run_python(child, str(tmp_path)).stdout.strip() == "9 (3, ['/renamed.md'], ['kept'])"
 
     store = open_store("edge", tmp_path)
     assert store.search_dense(points[1].dense, top_k=1)[0].id == points[1].id
@@ -296,7 +318,7 @@ def test_edge_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
 
 def test_search_filters_prefix_heading_lists_and_unknown_keys(store: VectorStore, points: list[IndexPoint]) -> None:
     store.upsert(points)
-    store.set_paths("sha2", ["/archive/2023/report.md", "/docs/reports/report.md"])
+    store.relabel("sha2", ["/archive/2023/report.md", "/docs/reports/report.md"], [])
     dense = points[0].dense
     # path_prefix matches any of a point's paths, character-wise.
     assert {hit.payload["sha"] for hit in store.search_dense(dense, 20, {"path_prefix": "/docs/sha"})} == {
@@ -315,7 +337,7 @@ def test_search_filters_prefix_heading_lists_and_unknown_keys(store: VectorStore
         with pytest.raises(ValueError) as error:
             store.search_hybrid(dense, encode_query("pump"), filters=bad)  # type: ignore[arg-type]
         assert "path_prefix" in str(error.value) or "filter" in str(error.value)
-    with pytest.raises(ValueError, match="allowed: path, paths, sha, shard, doc_type, heading_path, path_prefix"):
+    with pytest.raises(ValueError, match="allowed: path, paths, sha, shard, doc_type, heading_path, tags, path_prefix"):
         store.search_sparse(encode_query("pump"), filters={"author": "x"})
 
 
@@ -357,3 +379,21 @@ def test_search_hybrid_fusion_options(store: VectorStore, points: list[IndexPoin
         store.search_hybrid(dense, sparse, fusion="dbsf", weights=(1.0, 2.0))
     with pytest.raises(ValueError, match="rrf_k"):
         store.search_hybrid(dense, sparse, rrf_k=0)
+
+
+def test_edge_store_adds_the_tags_index_to_an_older_shard(tmp_path: Path, points: list[IndexPoint]) -> None:
+    import qdrant_edge as qe
+
+    store = open_store("edge", tmp_path)
+    store.upsert(points)
+    shard_path = store.path
+    store._shard.update(qe.UpdateOperation.delete_field_index("tags"))  # as a shard made before tags existed
+    assert "tags" not in store.info()["payload_indexes"]
+    store.close()
+    store = open_store("edge", tmp_path)
+    try:
+        assert store.path == shard_path and "tags" in store.info()["payload_indexes"]
+        store.relabel("sha0", ["/docs/sha0.md"], ["policy"])
+        assert {hit.payload["sha"] for hit in store.search_dense(points[0].dense, 20, {"tags": "policy"})} == {"sha0"}
+    finally:
+        store.close()

@@ -22,6 +22,7 @@ TABLE_COLUMNS = {
     "sha": "string",
     "shard": "string",
     "type": "string",
+    "tags": "string",
     "status": "string",
     "pages": "int",
     "chars": "int",
@@ -42,7 +43,7 @@ INDEX = {**SHARDED, "group_name": "index"}  # chunks to vectors, index and sidec
 
 def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -> dg.TableMetadataValue:
     """The documents this stage touched, with their current state from the sidecar."""
-    touched = list(dict.fromkeys(report.added + report.moved + list(report.failed) + report.purged))
+    touched = list(dict.fromkeys(report.added + report.moved + report.retagged + list(report.failed) + report.purged))
     stored = sidecar.documents_by_sha(touched[:TABLE_LIMIT])
     records = []
     for sha in touched[:TABLE_LIMIT]:
@@ -54,6 +55,7 @@ def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -
                     "sha": sha[:12],
                     "shard": row.get("shard") or settings.shard_of(sha),
                     "type": row.get("doc_type"),
+                    "tags": ", ".join(row.get("tags") or []),
                     "status": "purged" if sha in report.purged else row.get("status"),
                     "pages": row.get("pages"),
                     "chars": row.get("chars"),
@@ -103,8 +105,8 @@ def check_result(name: str, report: StageReport) -> dg.AssetCheckResult:
 
 @dg.asset(group_name="ingest", kinds={"python"}, owners=OWNERS)
 def source_manifest(rag: RagResource) -> dg.MaterializeResult:
-    """Dry run of the roots: every file with included / refused / excluded and the reason, coverage by type and
-    top folder, largest and empty files, and the text files redaction would change. Converts nothing."""
+    """Dry run of the roots: every file with included / refused / excluded and the reason, coverage by type, top
+    folder and tag, largest and empty files, and the text files redaction would change. Converts nothing."""
     from rag_pipeline.manifest_report import manifest_report
 
     settings = rag.settings
@@ -115,6 +117,9 @@ def source_manifest(rag: RagResource) -> dg.MaterializeResult:
     coverage += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_type"].items()]
     folders = ["| top folder | files | MiB |", "|---|---:|---:|"]
     folders += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_folder"].items()]
+    tags = ["| tag | files | MiB |", "|---|---:|---:|"]
+    tags += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_tag"].items()]
+    tags += [f"| (untagged) | {report['untagged']} | |"]
     left_out = [row for row in report["files"] if row["status"] != "included"]
     return dg.MaterializeResult(metadata={
         "included_files": summary["included"], "documents": summary["documents"],
@@ -122,6 +127,7 @@ def source_manifest(rag: RagResource) -> dg.MaterializeResult:
         "refused_files": summary["refused"], "excluded_files": summary["excluded"],
         "would_redact_files": summary["would_redact"],
         "by_type": dg.MetadataValue.md("\n".join(coverage)), "by_top_folder": dg.MetadataValue.md("\n".join(folders)),
+        "by_tag": dg.MetadataValue.md("\n".join(tags)),
         "largest": dg.MetadataValue.md("\n".join(f"- {row['bytes']:,} B `{row['path']}`" for row in report["largest"])),
         "not_included": dg.MetadataValue.md(
             "\n".join(f"- {row['status']}: `{row['path']}`: {row['reason']}" for row in left_out[:TABLE_LIMIT])
@@ -134,13 +140,13 @@ def source_manifest(rag: RagResource) -> dg.MaterializeResult:
 
 @dg.asset(**INGEST, kinds={"python"})
 def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
-    """Discover the roots, snapshot new documents' bytes, drop vanished SHAs, record current paths."""
+    """Discover the roots, snapshot new documents' bytes, drop vanished SHAs, record current paths and tags."""
     manifest = rag.manifest()
     sidecar = rag.sidecar()
     sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
     report = sync.sync_raw(rag.settings, manifest, context.partition_keys, sidecar)
     metadata = stage_metadata(report, rag, context)
-    metadata["moved"] = len(report.moved)
+    metadata.update(moved=len(report.moved), retagged=len(report.retagged))
     metadata["refused_files"] = len(manifest.errors)
     if manifest.errors:
         metadata["refusals"] = dg.MetadataValue.md("\n".join(f"- `{e.path}`: {e.reason}" for e in manifest.errors))
@@ -213,11 +219,11 @@ def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materi
     check_specs=[dg.AssetCheckSpec("points_match_sidecar_chunks", asset="vector_index", blocking=True)],
 )
 def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
-    """Upsert new points, delete purged documents' points, update paths of moved ones (no re-embedding)."""
+    """Upsert new points, delete purged documents' points, relabel moved or re-tagged ones (no re-embedding)."""
     with rag.vector_store() as store:
         report = indexing.sync_vector_index(rag.settings, store, context.partition_keys, rag.sidecar())
     metadata = stage_metadata(report, rag, context)
-    metadata.update(collection=store.collection, moved=len(report.moved))
+    metadata.update(collection=store.collection, moved=len(report.moved), retagged=len(report.retagged))
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("points_match_sidecar_chunks", report)])
 
 
@@ -232,7 +238,7 @@ def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.
 
 @dg.asset(deps=[metadata_sidecar], group_name="index", kinds={"duckdb"}, owners=OWNERS)
 def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
-    """Documents and chunks by type, failures and redaction totals over the whole corpus."""
+    """Documents and chunks by type and by tag, failures and redaction totals over the whole corpus."""
     sidecar = rag.sidecar()
     by_type = sidecar.totals_by_type()
     redactions = sidecar.query("SELECT kind, sum(count) AS count FROM redactions GROUP BY kind ORDER BY count DESC")
@@ -242,6 +248,8 @@ def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
     lines += [
         f"| {r['doc_type']} | {r['documents']} | {r['failed']} | {r['chunks']} | {r['redactions']} |" for r in by_type
     ]
+    tags = ["| tag | documents | chunks |", "|---|---:|---:|"]
+    tags += [f"| {r['tag'] or '(untagged)'} | {r['documents']} | {r['chunks']} |" for r in sidecar.totals_by_tag()]
     return dg.MaterializeResult(
         metadata={
             "documents": sum(r["documents"] for r in by_type),
@@ -249,6 +257,7 @@ def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
             "failed": len(failures),
             "refused_files": len(refused),
             "by_type": dg.MetadataValue.md("\n".join(lines)),
+            "by_tag": dg.MetadataValue.md("\n".join(tags)),
             "redactions_by_kind": dg.MetadataValue.json({r["kind"]: r["count"] for r in redactions}),
             "failures": dg.MetadataValue.md(
                 "\n".join(

@@ -16,10 +16,11 @@ from rag_pipeline.sources import Manifest
 
 
 def shard_digests(settings: Settings, manifest: Manifest) -> dict[str, str]:
-    """shard -> digest of its (sha, path) pairs: any add, edit, move, copy or delete changes it."""
+    """shard -> digest of its (sha, path, tags) entries: any add, edit, move, copy, delete or re-tag changes it."""
     lines: dict[str, list[str]] = {}
     for source in manifest.files:
-        lines.setdefault(settings.shard_of(source.sha256), []).append(f"{source.sha256}\t{source.path}")
+        entry = f"{source.sha256}\t{source.path}" + (f"\t{','.join(source.tags)}" if source.tags else "")
+        lines.setdefault(settings.shard_of(source.sha256), []).append(entry)
     return {
         shard: hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
         for shard, entries in sorted(lines.items())

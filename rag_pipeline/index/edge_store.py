@@ -29,11 +29,14 @@ from rag_pipeline.index.vector_store import (
     FusionMethod,
     Hit,
     HnswSettings,
+    IndexedDocument,
     IndexPoint,
     SparseVector,
     VectorStore,
     VectorStoreLocked,
     check_fusion,
+    count_point,
+    label_payload,
     new_index_version,
     parse_filters,
     qdrant_rrf_k,
@@ -83,21 +86,21 @@ class EdgeStore(VectorStore):
             condition = qe.FieldCondition("sha", match=qe.MatchAny(list(shas)))
             self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
 
-    def set_paths(self, sha: str, paths: list[str]) -> None:
-        payload = {"paths": paths, "path": paths[0]}
+    def relabel(self, sha: str, paths: list[str], tags: list[str]) -> None:
+        payload = label_payload(paths, tags)
         self._shard.update(qe.UpdateOperation.set_payload_by_filter(_filter({"sha": sha}), payload))
 
-    def shard_state(self, shard: str) -> dict[str, tuple[int, list[str]]]:
-        state: dict[str, tuple[int, list[str]]] = {}
+    def shard_state(self, shard: str) -> dict[str, IndexedDocument]:
+        state: dict[str, IndexedDocument] = {}
         offset = None
         while True:
             request = qe.ScrollRequest(
-                offset=offset, limit=SCROLL_PAGE, filter=_filter({"shard": shard}), with_payload=["sha", "paths"]
+                offset=offset, limit=SCROLL_PAGE, filter=_filter({"shard": shard}),
+                with_payload=["sha", "paths", "tags"]
             )
             records, offset = self._shard.scroll(request)
             for record in records:
-                sha = record.payload["sha"]
-                state[sha] = (state.get(sha, (0, []))[0] + 1, record.payload["paths"])
+                count_point(state, record.payload)
             if offset is None:
                 return state
 

@@ -19,9 +19,9 @@ from rag_pipeline.chunking import Chunk
 from rag_pipeline.embed import Embedder, EmbeddingCache, embed_texts
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_document
-from rag_pipeline.index.vector_store import IndexPoint, VectorStore
+from rag_pipeline.index.vector_store import IndexedDocument, IndexPoint, VectorStore, label_payload
 from rag_pipeline.settings import Settings
-from rag_pipeline.sources import Manifest
+from rag_pipeline.sources import Manifest, document_tags
 from rag_pipeline.sync import StageReport, describe, read_chunks, reconcile, stores
 
 EMBED_SLICE = 256  # texts per embedding call: bounds memory and lost work on a crash, drives the progress bar
@@ -107,18 +107,25 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, ingested_a
             dense=vector.tolist(),
             sparse=encode_document(contextual_text(name, chunk)),
             payload={
-                "text": chunk.text, "window_text": chunk.window_text, "paths": list(row["paths"]),
-                "path": row["paths"][0], "heading_path": chunk.heading_path, "line_start": chunk.line_start,
-                "page": chunk.page, "chunk_index": chunk.chunk_index, "sha": sha, "shard": shard,
-                "doc_type": row["doc_type"], "ingested_at": ingested_at,
+                "text": chunk.text, "window_text": chunk.window_text,
+                **label_payload(list(row["paths"]), stored_tags(row)),
+                "heading_path": chunk.heading_path, "line_start": chunk.line_start, "page": chunk.page,
+                "chunk_index": chunk.chunk_index, "sha": sha, "shard": shard, "doc_type": row["doc_type"],
+                "ingested_at": ingested_at,
             },
         )
         for chunk, vector in zip(pieces, vectors, strict=True)
     ]
 
 
+def stored_tags(row: dict) -> list[str]:
+    """A sidecar row's tags (NULL in rows written before tags existed)."""
+    return sorted(row.get("tags") or [])
+
+
 def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
-    """Upsert new documents' points, delete purged documents' points, update paths of moved/copied ones."""
+    """Upsert new documents' points, delete purged documents' points, and relabel (paths, tags) the points of
+    documents that were moved, copied or re-tagged, without re-embedding them."""
     started = time.perf_counter()
     report = StageReport("vector_index", sorted(shards))
     vectors_store = stores(settings)["embeddings"]
@@ -138,17 +145,20 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
             row = rows.get(sha)
             if row is None:  # purged from the sidecar by a later raw run; its vectors go next time
                 continue
-            held_count, held_paths = state.get(sha, (0, []))
+            held = state.get(sha, IndexedDocument(0, [], []))
             expected = row["chunks"] or 0
-            if held_count != expected:
-                if held_count:  # partly written or chunked differently: rewrite the document's points
+            moved = sorted(held.paths) != sorted(row["paths"])
+            retagged = sorted(held.tags) != stored_tags(row)
+            if held.points != expected:
+                if held.points:  # partly written or chunked differently: rewrite the document's points
                     store.delete_shas([sha])
-                    deleted += held_count
+                    deleted += held.points
                 pending += build_points(settings, shard, sha, row, ingested_at)
                 report.added.append(sha)
-            elif expected and sorted(held_paths) != sorted(row["paths"]):
-                store.set_paths(sha, list(row["paths"]))
-                report.moved.append(sha)
+            elif expected and (moved or retagged):
+                store.relabel(sha, list(row["paths"]), stored_tags(row))
+                report.moved += [sha] if moved else []
+                report.retagged += [sha] if retagged else []
             else:
                 report.skipped += 1
             if len(pending) >= UPSERT_BATCH:
@@ -157,7 +167,7 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     if pending:
         store.upsert(pending)
         upserted += len(pending)
-    if upserted or deleted or report.moved:
+    if upserted or deleted or report.moved or report.retagged:
         store.mark_changed()
     optimize_seconds = 0.0
     if upserted:
@@ -231,12 +241,14 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
         wanted = {sha for sha in documents if settings.shard_of(sha) == shard}
         stored = {sha for sha, row in known.items() if row["shard"] == shard}
         converted = wanted - all_stores["markdown"].shas(shard, "error.json")
-        paths_changed = any(
-            sorted(known[sha]["paths"]) != sorted(s.path for s in documents[sha]) for sha in wanted & stored
+        relabelled = any(
+            sorted(known[sha]["paths"]) != sorted(s.path for s in documents[sha])
+            or stored_tags(known[sha]) != document_tags(documents[sha])
+            for sha in wanted & stored
         )
         in_sync = (
             wanted == stored
-            and not paths_changed
+            and not relabelled
             and all_stores["raw"].shas(shard) == wanted
             and all_stores["markdown"].shas(shard) == wanted
             and all(all_stores[stage].shas(shard) == converted for stage in ("redacted", "chunks", "embeddings"))
@@ -248,7 +260,8 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
     return pending
 
 
-def index_matches(state: dict[str, tuple[int, list[str]]], rows: dict[str, dict]) -> bool:
-    """True when the index holds exactly each document's chunk count, under its current paths."""
-    expected = {sha: (row["chunks"], sorted(row["paths"])) for sha, row in rows.items() if row["chunks"]}
-    return {sha: (count, sorted(paths)) for sha, (count, paths) in state.items()} == expected
+def index_matches(state: dict[str, IndexedDocument], rows: dict[str, dict]) -> bool:
+    """True when the index holds exactly each document's chunk count, under its current paths and tags."""
+    expected = {sha: (row["chunks"], sorted(row["paths"]), stored_tags(row))
+                for sha, row in rows.items() if row["chunks"]}
+    return {sha: (held.points, sorted(held.paths), sorted(held.tags)) for sha, held in state.items()} == expected

@@ -23,10 +23,13 @@ from rag_pipeline.index.vector_store import (
     FusionMethod,
     Hit,
     HnswSettings,
+    IndexedDocument,
     IndexPoint,
     SparseVector,
     VectorStore,
     check_fusion,
+    count_point,
+    label_payload,
     new_index_version,
     parse_filters,
     qdrant_rrf_k,
@@ -111,12 +114,12 @@ class ServerStore(VectorStore):
             selector = models.FilterSelector(filter=models.Filter(must=[condition]))
             self.client.delete(self.collection, selector, wait=True)
 
-    def set_paths(self, sha: str, paths: list[str]) -> None:
-        payload = {"paths": paths, "path": paths[0]}
+    def relabel(self, sha: str, paths: list[str], tags: list[str]) -> None:
+        payload = label_payload(paths, tags)
         self.client.set_payload(self.collection, payload, points=_filter({"sha": sha}), wait=True)
 
-    def shard_state(self, shard: str) -> dict[str, tuple[int, list[str]]]:
-        state: dict[str, tuple[int, list[str]]] = {}
+    def shard_state(self, shard: str) -> dict[str, IndexedDocument]:
+        state: dict[str, IndexedDocument] = {}
         offset = None
         while True:
             records, offset = self.client.scroll(
@@ -124,11 +127,10 @@ class ServerStore(VectorStore):
                 scroll_filter=_filter({"shard": shard}),
                 limit=SCROLL_PAGE,
                 offset=offset,
-                with_payload=["sha", "paths"],
+                with_payload=["sha", "paths", "tags"],
             )
             for record in records:
-                sha = record.payload["sha"]
-                state[sha] = (state.get(sha, (0, []))[0] + 1, record.payload["paths"])
+                count_point(state, record.payload)
             if offset is None:
                 return state
 

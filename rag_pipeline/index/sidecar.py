@@ -23,6 +23,7 @@ DOCUMENT_COLUMNS: dict[str, str] = {
     "paths": "VARCHAR[] NOT NULL",
     "rel_path": "VARCHAR",  # first path relative to its root: the document's name in embedded context
     "doc_type": "VARCHAR",
+    "tags": "VARCHAR[]",  # from the corpus rules' per-folder tags, over all the document's paths
     "bytes": "BIGINT",
     "status": "VARCHAR",  # pending | ok | failed
     "stage": "VARCHAR",  # last stage that completed: raw | markdown | redacted | chunks
@@ -71,6 +72,15 @@ def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
+    """Add the document columns a sidecar made by an earlier version lacks (they start as NULL)."""
+    present = {name for (name,) in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'documents'").fetchall()}
+    for name, kind in DOCUMENT_COLUMNS.items():
+        if name not in present:
+            con.execute(f"ALTER TABLE documents ADD COLUMN {name} {kind}")
+
+
 class Sidecar:
     """The DuckDB file at `path`; created with its schema on first use."""
 
@@ -79,6 +89,7 @@ class Sidecar:
         path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as con:
             con.execute(SCHEMA)
+            add_missing_columns(con)
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -126,7 +137,8 @@ class Sidecar:
         frame = pd.DataFrame(merged, columns=list(DOCUMENT_COLUMNS), dtype=object)
         with self.connect() as con:
             con.register("incoming", frame)
-            con.execute(f"INSERT OR REPLACE INTO documents SELECT {', '.join(DOCUMENT_COLUMNS)} FROM incoming")
+            columns = ", ".join(DOCUMENT_COLUMNS)
+            con.execute(f"INSERT OR REPLACE INTO documents ({columns}) SELECT {columns} FROM incoming")
 
     def totals_by_type(self) -> list[dict[str, Any]]:
         """Documents, failures and chunks per document type."""
@@ -135,6 +147,16 @@ class Sidecar:
                 "SELECT doc_type, count(*) AS documents, count(*) FILTER (status = 'failed') AS failed, "
                 "coalesce(sum(chunks), 0) AS chunks, coalesce(sum(redactions), 0) AS redactions "
                 "FROM documents GROUP BY doc_type ORDER BY doc_type"
+            ))
+
+    def totals_by_tag(self) -> list[dict[str, Any]]:
+        """Documents and chunks per tag (a document counts under each of its tags), then the untagged ones."""
+        with self.connect() as con:
+            return records(con.execute(
+                "SELECT tag, count(*) AS documents, coalesce(sum(chunks), 0) AS chunks FROM ("
+                "  SELECT unnest(tags) AS tag, chunks FROM documents) GROUP BY tag "
+                "UNION ALL SELECT NULL, count(*), coalesce(sum(chunks), 0) FROM documents WHERE len(tags) = 0 "
+                "OR tags IS NULL ORDER BY tag NULLS LAST"
             ))
 
     def documents_by_sha(self, shas: list[str]) -> dict[str, dict[str, Any]]:

@@ -14,15 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 DENSE = "dense"
 SPARSE = "bm25"
-KEYWORD_FIELDS = ("path", "sha", "shard", "doc_type", "heading_path")  # keyword payload indexes
+KEYWORD_FIELDS = ("path", "sha", "shard", "doc_type", "heading_path", "tags")  # keyword payload indexes
 PREFIX_FIELD = "paths"  # keyword index with prefix matching: serves exact `paths` and `path_prefix` filters
-# Filter keys: exact match (a value, or any of a list of values) on a payload field, and `path_prefix`, which
-# matches a point when any of its paths starts with the given string (character-wise, case-sensitive).
-FILTER_KEYS = ("path", "paths", "sha", "shard", "doc_type", "heading_path", "path_prefix")
+# Filter keys: exact match (a value, or any of a list of values) on a payload field (on the list fields `paths`
+# and `tags`: any element), and `path_prefix`, which matches a point when any of its paths starts with the given
+# string (character-wise, case-sensitive).
+FILTER_KEYS = ("path", "paths", "sha", "shard", "doc_type", "heading_path", "tags", "path_prefix")
 PATH_PREFIX = "path_prefix"
 TEXT_FIELD = "text"
 BATCH_SIZE = 256
@@ -50,6 +51,26 @@ class Hit:
     score: float
     payload: dict[str, Any]
     vector: tuple[float, ...] | None = field(default=None, repr=False)  # the dense vector, when asked for
+
+
+class IndexedDocument(NamedTuple):
+    """What the index holds of one document: its point count, and the paths and tags on its points."""
+
+    points: int
+    paths: list[str]
+    tags: list[str]
+
+
+def count_point(state: dict[str, IndexedDocument], payload: Mapping[str, Any]) -> None:
+    """Add one point (its `sha`, `paths` and `tags` payload) to a shard state."""
+    held = state.get(payload["sha"])
+    state[payload["sha"]] = IndexedDocument((held.points if held else 0) + 1, payload["paths"],
+                                            payload.get("tags") or [])
+
+
+def label_payload(paths: list[str], tags: list[str]) -> dict[str, Any]:
+    """The payload that follows the source tree and the corpus rules rather than a document's bytes."""
+    return {"paths": paths, "path": paths[0], "tags": tags}
 
 
 FilterValue = str | Sequence[str]
@@ -145,12 +166,12 @@ class VectorStore(ABC):
         """Delete every point of these documents."""
 
     @abstractmethod
-    def set_paths(self, sha: str, paths: list[str]) -> None:
-        """Set payload `paths` and `path` (the first one) on every point of a document."""
+    def relabel(self, sha: str, paths: list[str], tags: list[str]) -> None:
+        """Set payload `paths`, `path` (the first one) and `tags` on every point of a document."""
 
     @abstractmethod
-    def shard_state(self, shard: str) -> dict[str, tuple[int, list[str]]]:
-        """sha -> (point count, paths) of every document with points in the shard."""
+    def shard_state(self, shard: str) -> dict[str, IndexedDocument]:
+        """sha -> what the index holds of every document with points in the shard."""
 
     @abstractmethod
     def get(self, ids: Sequence[str]) -> list[Hit]:

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--top-k", type=int, default=None, help="number of passages (default: $RAG_TOP_K, else 5)")
     query.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                        help="payload filter, repeatable: path, paths, sha, shard, doc_type, heading_path, "
-                            "path_prefix (a key given twice matches any of its values)")
+                            "tags, path_prefix (a key given twice matches any of its values)")
     search = commands.add_parser("search", parents=[common, query], help="hybrid search of the index")
     search.add_argument("query")
     ask = commands.add_parser("ask", parents=[common, query], help="answer a question with cited sources")

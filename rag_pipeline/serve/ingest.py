@@ -51,7 +51,8 @@ def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, p
     manifest = rag.manifest()
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
-    summary: dict[str, Any] = {"added": 0, "unchanged": len(manifest.documents()), "moved": 0, "purged": 0,
+    summary: dict[str, Any] = {"added": 0, "unchanged": len(manifest.documents()), "moved": 0, "retagged": 0,
+                               "purged": 0,
                                "chunks": 0, "vectors_computed": 0, "vectors_cached": 0, "points_upserted": 0,
                                "points_deleted": 0, "shards": shards, "run_id": None}
     if shards:
@@ -69,6 +70,7 @@ def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, p
             run_id=result.run_id,
             added=metadata_value(result, "raw_documents", "added"),
             moved=moved,
+            retagged=metadata_value(result, "raw_documents", "retagged"),
             unchanged=metadata_value(result, "raw_documents", "skipped") - moved,
             purged=metadata_value(result, "raw_documents", "purged"),
             chunks=metadata_value(result, "chunks", "chunks_written"),

@@ -1,6 +1,6 @@
 """`rag-pipeline inspect`: what the sidecar and the vector store hold, as tables or JSON.
 
-    inspect documents [--status ok|failed] [--type pdf] [--path SUBSTRING] [--limit N]
+    inspect documents [--status ok|failed] [--type pdf] [--tag TAG] [--path SUBSTRING] [--limit N]
     inspect chunks PATH_OR_SHA          a document's chunks: index, heading path, line, page, size, text
     inspect failures                    failed documents and refused files, with the reasons
     inspect redactions                  redaction totals by kind
@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentPars
     documents = views.add_parser("documents", parents=[common], help="documents with status, type, chunks, errors")
     documents.add_argument("--status", choices=("ok", "failed"))
     documents.add_argument("--type", dest="doc_type", help="md, txt, pdf, docx, html, pptx")
+    documents.add_argument("--tag", help="only documents with this tag (from the corpus rules)")
     documents.add_argument("--path", help="only paths containing this substring")
     documents.add_argument("--limit", type=int, default=1000)
     chunks = views.add_parser("chunks", parents=[common], help="a document's chunks with heading paths and pages")
@@ -39,7 +40,7 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
     """(rows or an object, a title) for the chosen view; LookupError when a document is not found."""
     sidecar = Sidecar(settings.sidecar_path)
     if args.view == "documents":
-        return documents(sidecar, args.status, args.doc_type, args.path, args.limit), "documents"
+        return documents(sidecar, args.status, args.doc_type, args.path, args.limit, tag=args.tag), "documents"
     if args.view == "chunks":
         sha, row = find_document(sidecar, args.document)
         return chunk_rows(settings, sidecar, sha), f"chunks of {row['paths'][0]} ({sha[:12]})"
@@ -56,16 +57,19 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
 
 
 def documents(sidecar: Sidecar, status: str | None, doc_type: str | None, path: str | None,
-              limit: int) -> list[dict[str, Any]]:
+              limit: int, *, tag: str | None = None) -> list[dict[str, Any]]:
     rows = []
     for sha, row in sorted(sidecar.documents().items(), key=lambda item: item[1]["paths"][0]):
         if status and row["status"] != status or doc_type and row["doc_type"] != doc_type:
             continue
         if path and not any(path in candidate for candidate in row["paths"]):
             continue
+        if tag and tag not in (row["tags"] or []):
+            continue
         rows.append({"path": row["paths"][0], "copies": len(row["paths"]) - 1, "type": row["doc_type"],
-                     "status": row["status"], "chunks": row["chunks"], "pages": row["pages"],
-                     "redactions": row["redactions"], "sha": sha[:12], "error": row["error"] or ""})
+                     "tags": ",".join(row["tags"] or []), "status": row["status"], "chunks": row["chunks"],
+                     "pages": row["pages"], "redactions": row["redactions"], "sha": sha[:12],
+                     "error": row["error"] or ""})
     return rows[:limit]
 
 
