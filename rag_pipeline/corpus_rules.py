@@ -25,7 +25,7 @@ import yaml
 from rag_pipeline.sources import DOC_TYPES, ignoring_pattern
 
 KEYS = ("include", "exclude", "types", "min_bytes", "max_bytes", "tags")
-TAG = re.compile(r"^[\w][\w.:/-]*$")  # a word, then word characters, dots, colons, slashes or dashes
+TAG = re.compile(r"\w[\w.:/-]*")  # (whole) a word character, then word characters, dots, colons, slashes, dashes
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ def parse_tags(raw: object, problems: list[str]) -> tuple[tuple[str, tuple[str, 
         values = [value] if isinstance(value, str) else value
         if not isinstance(pattern, str) or not pattern.strip():
             problems.append(f"tag pattern {pattern!r} must be a non-empty glob")
-        elif not isinstance(values, list) or not values or not all(isinstance(tag, str) and TAG.match(tag)
+        elif not isinstance(values, list) or not values or not all(isinstance(tag, str) and TAG.fullmatch(tag)
                                                                    for tag in values):
             problems.append(f"tags of {pattern!r} must be a tag or a list of tags (letters, digits, _ . : / -), "
                             f"got {value!r}")

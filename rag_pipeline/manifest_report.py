@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rag_pipeline.corpus_rules import CorpusRules
 from rag_pipeline.redact import DEFAULT_ROLE_EMAIL_PREFIXES, redact
-from rag_pipeline.sources import TEXT_TYPES, Manifest
+from rag_pipeline.sources import TEXT_TYPES, Manifest, ignoring_pattern
 
 LARGEST = 10
 
@@ -33,15 +34,20 @@ def _size(path: str) -> int | None:
 
 
 def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str = "redact",
-                    role_email_prefixes: Sequence[str] = DEFAULT_ROLE_EMAIL_PREFIXES) -> dict[str, Any]:
-    """The report as a JSON-ready dict."""
+                    role_email_prefixes: Sequence[str] = DEFAULT_ROLE_EMAIL_PREFIXES,
+                    rules: CorpusRules | None = None) -> dict[str, Any]:
+    """The report as a JSON-ready dict (`rules`: the corpus rules the manifest was discovered with, to report
+    tag patterns that match no included file)."""
     roots = [str(Path(root).resolve()) for root in roots]
     files = [{"path": f.path, "status": "included", "reason": "", "type": f.doc_type, "bytes": f.size,
               "tags": list(f.tags)} for f in manifest.files]
     files += [{"path": e.path, "status": "refused", "reason": e.reason, "type": Path(e.path).suffix.lstrip("."),
-               "bytes": _size(e.path)} for e in manifest.errors]
+               "bytes": _size(e.path), "tags": []} for e in manifest.errors]
     files += [{"path": e.path, "status": "excluded", "reason": e.reason, "type": Path(e.path).suffix.lstrip("."),
-               "bytes": _size(e.path)} for e in manifest.excluded]
+               "bytes": _size(e.path), "tags": []} for e in manifest.excluded]
+    included = [source.relative_path for source in manifest.files]
+    unmatched = [pattern for pattern, _ in (rules.tags if rules else ())
+                 if not any(ignoring_pattern(path, [pattern]) for path in included)]
     files.sort(key=lambda row: row["path"])
     by_type: dict[str, dict[str, int]] = {}
     by_folder: dict[str, dict[str, int]] = {}
@@ -70,6 +76,7 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
         "by_folder": dict(sorted(by_folder.items())),
         "by_tag": dict(sorted(by_tag.items())),
         "untagged": sum(1 for f in manifest.files if not f.tags),
+        "unmatched_tag_patterns": unmatched,
         "largest": [{"path": f.path, "bytes": f.size} for f in largest],
         "empty": [e.path for e in manifest.errors if e.reason == "empty file"],
         "redactions": redactions,
@@ -91,6 +98,8 @@ def format_report(report: dict[str, Any]) -> str:
     if report["by_tag"]:
         lines += [f"by tag ({report['untagged']} files untagged):"]
         lines += [f"  {name:24} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_tag"].items()]
+    if report["unmatched_tag_patterns"]:
+        lines += ["tag patterns that match no included file: " + ", ".join(report["unmatched_tag_patterns"])]
     lines += ["largest:"] + [f"  {row['bytes']:>14,}  {row['path']}" for row in report["largest"]]
     if report["redactions"]:
         lines += ["would be redacted:"]

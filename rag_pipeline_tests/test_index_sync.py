@@ -196,7 +196,7 @@ def test_corpus_rule_tags_follow_rule_changes_and_moves_without_reembedding(
     # The rules change, the bytes do not: the points are relabelled, nothing is converted or embedded again.
     rules.write_text('tags:\n  "guides/install*": setup\n  "**/*.txt": faq\n')
     summary = ingest([root], data_dir)
-    assert (summary["retagged"], summary["moved"], summary["added"]) == (4, 0, 0)
+    assert (summary["retagged"], summary["moved"], summary["added"], summary["unchanged"]) == (4, 0, 0, 1)
     assert (summary["vectors_computed"], summary["points_upserted"], summary["points_deleted"]) == (0, 0, 0)
     assert tags_by_name()["installation.md"] == ["setup"] and tags_by_name()["incident-runbook.md"] == []
     assert tagged("handbook") == set() and tagged("setup") == {"installation.md"} and tagged("faq") == {"faq.txt"}

@@ -279,6 +279,13 @@ def test_sensor_requests_the_shard_a_tag_rule_change_retags(tmp_path: Path, data
         quiet = source_files_sensor(dg.build_sensor_context(instance=instance, cursor=tick.cursor,
                                                             resources={"rag": rag}))
         assert not quiet.run_requests
+        # Reverting the rules returns the shard to a digest seen before: still a new run key, so Dagster launches it.
+        rules.write_text("tags:\n  ops/**: runbook\n")
+        back = source_files_sensor(dg.build_sensor_context(instance=instance, cursor=tick.cursor,
+                                                           resources={"rag": rag}))
+        assert back.cursor == first.cursor
+        assert back.run_requests[0].run_key not in {first.run_requests[0].run_key, tick.run_requests[0].run_key}
+        rules.write_text("tags:\n  ops/**: [runbook, on-call]\n")
         summary = dg.materialize([corpus_summary, *INGEST_ASSETS], selection=[corpus_summary],
                                  resources={"rag": rag}, instance=instance)
         by_tag = summary.asset_materializations_for_node("corpus_summary")[0].metadata["by_tag"].value

@@ -75,6 +75,7 @@ def test_source_manifest_asset(tree: Path, tmp_path: Path) -> None:
             metadata["excluded_files"].value, metadata["would_redact_files"].value) == (3, 2, 3, 1)
     assert "| md | 1 |" in metadata["by_type"].value and "| notes | 2 |" in metadata["by_top_folder"].value
     assert "empty file" in metadata["not_included"].value and "aws_access_key 1" in metadata["would_redact"].value
+    assert metadata["by_tag"].value == "no tag rules (RAG_CORPUS_RULES)"
     assert not (tmp_path / "data" / "artifacts").exists()  # nothing converted
 
 
@@ -114,13 +115,14 @@ def test_corpus_rules_errors(tmp_path: Path) -> None:
 
     bad = tmp_path / "rules.yaml"
     bad.write_text("include: docs/**\ntypes: [md, exe]\nmax_bytes: -1\ncolour: red\n"
-                   "tags:\n  legal/**: [legal, 'two words']\n  hr/**: []\n  ops/**: runbook\n")
+                   "tags:\n  legal/**: [legal, 'two words']\n  hr/**: []\n  ops/**: runbook\n"
+                   "  it/**: \"policy\\n\"\n")
     with pytest.raises(ValueError) as raised:
         load_rules(bad)
     message = str(raised.value)
     for expected in ("unknown key 'colour'", "include must be a list of strings", "unknown type(s) exe",
                      "max_bytes must be a whole number", "tags of 'legal/**' must be a tag or a list of tags",
-                     "tags of 'hr/**'"):
+                     "tags of 'hr/**'", "tags of 'it/**'"):
         assert expected in message
     assert "ops/**" not in message
     bad.write_text("tags: [policy]\n")
@@ -149,6 +151,7 @@ TAG_RULES = """
 tags:
   "notes/**": maintenance
   "access.md": [security, policy]
+  "legal/**": legal
 """
 
 
@@ -167,13 +170,17 @@ def test_tags_in_the_manifest_the_index_search_and_inspect(tree: Path, tmp_path:
     assert report["by_tag"] == {"maintenance": {"files": 2, "bytes": 2 * 29 * 20},
                                 "policy": {"files": 1, "bytes": len(SECRET_DOC)},
                                 "security": {"files": 1, "bytes": len(SECRET_DOC)}}
-    assert report["untagged"] == 0
+    assert report["untagged"] == 0 and report["unmatched_tag_patterns"] == ["legal/**"]
+    assert by_name["empty.md"]["tags"] == [] and by_name["diagram.png"]["tags"] == []
     assert main(["manifest", str(tree)]) == 0
-    assert "by tag (0 files untagged):\n  maintenance" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "by tag (0 files untagged):\n  maintenance" in text
+    assert "tag patterns that match no included file: legal/**" in text
     rag = RagResource(roots=[str(tree)], data_dir=str(tmp_path / "dry"))
     metadata = dg.materialize([source_manifest], resources={"rag": rag}).asset_materializations_for_node(
         "source_manifest")[0].metadata
     assert "| maintenance | 2 |" in metadata["by_tag"].value and "| (untagged) | 0 |" in metadata["by_tag"].value
+    assert "Tag patterns that match no included file: `legal/**`" in metadata["by_tag"].value
 
     data_dir = tmp_path / "data"
     assert ingest([tree], data_dir)["failed"][0]["error"] == "empty file"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import subprocess
@@ -153,6 +154,12 @@ def test_relabel_and_shard_state(store: VectorStore, points: list[IndexPoint]) -
     store.relabel("sha1", ["/moved/b.pdf"], [])
     assert store.shard_state("s0")["sha1"].tags == []
     assert store.shard_state("missing") == {}
+    # Points of one document that disagree (a relabel that failed part way) match no labels, so sync redoes it.
+    stale = dataclasses.replace(points[0], payload={**points[0].payload, "tags": ["stale"]})
+    store.upsert([stale])
+    assert store.shard_state("s0")["sha0"] == IndexedDocument(3, [], [])
+    store.relabel("sha0", ["/docs/sha0.md"], [])
+    assert store.shard_state("s0")["sha0"] == IndexedDocument(3, ["/docs/sha0.md"], [])
 
 
 def test_tags_filter_matches_any_tag_of_a_point(store: VectorStore, points: list[IndexPoint]) -> None:

@@ -107,19 +107,27 @@ def check_result(name: str, report: StageReport) -> dg.AssetCheckResult:
 def source_manifest(rag: RagResource) -> dg.MaterializeResult:
     """Dry run of the roots: every file with included / refused / excluded and the reason, coverage by type, top
     folder and tag, largest and empty files, and the text files redaction would change. Converts nothing."""
+    from rag_pipeline.corpus_rules import configured_rules
     from rag_pipeline.manifest_report import manifest_report
 
     settings = rag.settings
+    rules = configured_rules(settings.corpus_rules)
     report = manifest_report(rag.manifest(), [str(root) for root in settings.roots], pii_policy=settings.pii_policy,
-                             role_email_prefixes=settings.role_email_prefixes)
+                             role_email_prefixes=settings.role_email_prefixes, rules=rules)
     summary = report["summary"]
     coverage = ["| type | files | MiB |", "|---|---:|---:|"]
     coverage += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_type"].items()]
     folders = ["| top folder | files | MiB |", "|---|---:|---:|"]
     folders += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_folder"].items()]
-    tags = ["| tag | files | MiB |", "|---|---:|---:|"]
-    tags += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_tag"].items()]
-    tags += [f"| (untagged) | {report['untagged']} | |"]
+    by_tag = "no tag rules (RAG_CORPUS_RULES)"
+    if rules and rules.tags:
+        tags = ["| tag | files | MiB |", "|---|---:|---:|"]
+        tags += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_tag"].items()]
+        tags += [f"| (untagged) | {report['untagged']} | |"]
+        if report["unmatched_tag_patterns"]:
+            patterns = ", ".join(f"`{pattern}`" for pattern in report["unmatched_tag_patterns"])
+            tags += ["", f"Tag patterns that match no included file: {patterns}"]
+        by_tag = "\n".join(tags)
     left_out = [row for row in report["files"] if row["status"] != "included"]
     return dg.MaterializeResult(metadata={
         "included_files": summary["included"], "documents": summary["documents"],
@@ -127,7 +135,7 @@ def source_manifest(rag: RagResource) -> dg.MaterializeResult:
         "refused_files": summary["refused"], "excluded_files": summary["excluded"],
         "would_redact_files": summary["would_redact"],
         "by_type": dg.MetadataValue.md("\n".join(coverage)), "by_top_folder": dg.MetadataValue.md("\n".join(folders)),
-        "by_tag": dg.MetadataValue.md("\n".join(tags)),
+        "by_tag": dg.MetadataValue.md(by_tag),
         "largest": dg.MetadataValue.md("\n".join(f"- {row['bytes']:,} B `{row['path']}`" for row in report["largest"])),
         "not_included": dg.MetadataValue.md(
             "\n".join(f"- {row['status']}: `{row['path']}`: {row['reason']}" for row in left_out[:TABLE_LIMIT])
@@ -146,7 +154,9 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
     sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
     report = sync.sync_raw(rag.settings, manifest, context.partition_keys, sidecar)
     metadata = stage_metadata(report, rag, context)
-    metadata.update(moved=len(report.moved), retagged=len(report.retagged))
+    relabelled = set(report.moved) | set(report.retagged)
+    metadata.update(moved=len(report.moved), retagged=len(report.retagged),
+                    unchanged=report.skipped - len(relabelled))
     metadata["refused_files"] = len(manifest.errors)
     if manifest.errors:
         metadata["refusals"] = dg.MetadataValue.md("\n".join(f"- `{e.path}`: {e.reason}" for e in manifest.errors))

@@ -50,7 +50,11 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
     cursor = json.dumps(digests, sort_keys=True)
     if not affected:
         return dg.SensorResult(skip_reason=dg.SkipReason("no change under the roots"), cursor=cursor)
-    run_key = hashlib.sha256(cursor.encode()).hexdigest()[:16]
+    # Dagster launches one run per run key: the key names this transition (from the last cursor, at this tick), so
+    # a retried evaluation of the tick is not launched twice, but a state the tree returns to (a file moved back,
+    # a tag rule reverted) is ingested again.
+    transition = f"{context.cursor}|{cursor}|{context.last_tick_completion_time}"
+    run_key = hashlib.sha256(transition.encode()).hexdigest()[:16]
     return dg.SensorResult(run_requests=[dg.RunRequest(run_key=run_key, tags=shard_run_tags(affected))], cursor=cursor)
 
 

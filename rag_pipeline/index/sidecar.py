@@ -73,12 +73,13 @@ def now() -> datetime:
 
 
 def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
-    """Add the document columns a sidecar made by an earlier version lacks (they start as NULL)."""
+    """Add the document columns a sidecar made by an earlier version lacks (they start as NULL). IF NOT EXISTS:
+    another connection may add the same column first. Columns added this way carry no constraints."""
     present = {name for (name,) in con.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = 'documents'").fetchall()}
     for name, kind in DOCUMENT_COLUMNS.items():
         if name not in present:
-            con.execute(f"ALTER TABLE documents ADD COLUMN {name} {kind}")
+            con.execute(f"ALTER TABLE documents ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
 class Sidecar:

@@ -54,7 +54,8 @@ class Hit:
 
 
 class IndexedDocument(NamedTuple):
-    """What the index holds of one document: its point count, and the paths and tags on its points."""
+    """What the index holds of one document: its point count, and the paths and tags on its points (both empty
+    when its points disagree, e.g. after a relabel that failed part way, so they match no document's labels)."""
 
     points: int
     paths: list[str]
@@ -63,9 +64,14 @@ class IndexedDocument(NamedTuple):
 
 def count_point(state: dict[str, IndexedDocument], payload: Mapping[str, Any]) -> None:
     """Add one point (its `sha`, `paths` and `tags` payload) to a shard state."""
+    paths, tags = payload["paths"], payload.get("tags") or []
     held = state.get(payload["sha"])
-    state[payload["sha"]] = IndexedDocument((held.points if held else 0) + 1, payload["paths"],
-                                            payload.get("tags") or [])
+    if held is None:
+        state[payload["sha"]] = IndexedDocument(1, paths, tags)
+    elif (held.paths, held.tags) == (paths, tags):
+        state[payload["sha"]] = IndexedDocument(held.points + 1, paths, tags)
+    else:
+        state[payload["sha"]] = IndexedDocument(held.points + 1, [], [])
 
 
 def label_payload(paths: list[str], tags: list[str]) -> dict[str, Any]:

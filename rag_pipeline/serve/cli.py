@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         found = discover(args.roots, ignore=settings.ignore, extensions=settings.extensions,
                          max_file_bytes=settings.max_file_bytes, rules=rules)
         report = manifest_report(found, args.roots, pii_policy=settings.pii_policy,
-                                 role_email_prefixes=settings.role_email_prefixes)
+                                 role_email_prefixes=settings.role_email_prefixes, rules=rules)
         print(json.dumps(report) if args.json else format_report(report))
     elif args.command in ("search", "ask"):
         from rag_pipeline.retrieve.retriever import StoreUnavailable

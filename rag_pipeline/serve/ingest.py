@@ -15,6 +15,8 @@ from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
 from rag_pipeline.defs.partitions import shard_run_tags
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.index.indexing import pending_shards
+from rag_pipeline.settings import Settings
+from rag_pipeline.sources import Manifest
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -37,6 +39,12 @@ def dagster_instance() -> Iterator[dg.DagsterInstance]:
 def metadata_value(result: dg.ExecuteInProcessResult, asset: str, key: str) -> Any:
     events = result.asset_materializations_for_node(asset)
     return events[0].metadata[key].value if events else 0
+
+
+def outside_run(settings: Settings, manifest: Manifest, shards: Sequence[str]) -> int:
+    """Documents in shards the run's partition range does not cover (unchanged, as their shards were in sync)."""
+    covered = {key for key in settings.shard_keys if min(shards) <= key <= max(shards)}
+    return sum(1 for sha in manifest.documents() if settings.shard_of(sha) not in covered)
 
 
 def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, progress: bool = False) -> dict[str, Any]:
@@ -65,13 +73,12 @@ def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, p
                 raise IngestFailed(run_failure(result))
             dg.materialize([corpus_summary, *INGEST_ASSETS], selection=[corpus_summary], resources={"rag": rag},
                            instance=instance, run_config=QUIET_LOGS)
-        moved = metadata_value(result, "raw_documents", "moved")
         summary.update(
             run_id=result.run_id,
             added=metadata_value(result, "raw_documents", "added"),
-            moved=moved,
+            moved=metadata_value(result, "raw_documents", "moved"),
             retagged=metadata_value(result, "raw_documents", "retagged"),
-            unchanged=metadata_value(result, "raw_documents", "skipped") - moved,
+            unchanged=metadata_value(result, "raw_documents", "unchanged") + outside_run(settings, manifest, shards),
             purged=metadata_value(result, "raw_documents", "purged"),
             chunks=metadata_value(result, "chunks", "chunks_written"),
             vectors_computed=metadata_value(result, "embeddings", "vectors_computed"),
