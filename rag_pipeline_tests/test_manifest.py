@@ -88,18 +88,24 @@ max_bytes: 1000
 """
 
 
+def manifest_with_rules(text: str, tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                        monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict, dict[str, dict]]:
+    """Write the rules, set RAG_CORPUS_RULES and run `manifest --json`: (rules path, report, file rows by name)."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(text)
+    monkeypatch.setenv("RAG_CORPUS_RULES", str(rules))
+    assert main(["manifest", str(tree), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    return rules, report, {Path(row["path"]).name: row for row in report["files"]}
+
+
 def test_corpus_rules_in_the_manifest_and_the_ingest(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     from rag_pipeline.index.sidecar import Sidecar
     from rag_pipeline.serve.ingest import ingest
 
     (tree / "notes" / "big.md").write_text("# Big\n\n" + "word " * 400)
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES)
-    monkeypatch.setenv("RAG_CORPUS_RULES", str(rules))
-    assert main(["manifest", str(tree), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    by_name = {Path(row["path"]).name: row for row in report["files"]}
+    rules, report, by_name = manifest_with_rules(RULES, tree, tmp_path, capsys, monkeypatch)
     assert by_name["access.md"]["status"] == "included" and by_name["plain.txt"]["status"] == "included"
     assert by_name["copy.txt"]["reason"] == f"excluded by pattern 'notes/copy.txt' of {rules}"
     assert by_name["big.md"]["reason"].endswith(f"is above max_bytes 1,000 of {rules}")
@@ -160,12 +166,7 @@ def test_tags_in_the_manifest_the_index_search_and_inspect(tree: Path, tmp_path:
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from rag_pipeline.serve.ingest import ingest
 
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(TAG_RULES)
-    monkeypatch.setenv("RAG_CORPUS_RULES", str(rules))
-    assert main(["manifest", str(tree), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    by_name = {Path(row["path"]).name: row for row in report["files"]}
+    _, report, by_name = manifest_with_rules(TAG_RULES, tree, tmp_path, capsys, monkeypatch)
     assert by_name["plain.txt"]["tags"] == ["maintenance"] and by_name["access.md"]["tags"] == ["policy", "security"]
     assert report["by_tag"] == {"maintenance": {"files": 2, "bytes": 2 * 29 * 20},
                                 "policy": {"files": 1, "bytes": len(SECRET_DOC)},
