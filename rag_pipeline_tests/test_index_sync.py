@@ -111,7 +111,7 @@ def test_sample_corpus_index_and_reingest(backend: str, corpus: Path, data_dir: 
     assert any(payload["page"] == 5 for payload in points.values())
 
     again = ingest([corpus], data_dir)
-    assert again["run_id"] is None and again["vectors_computed"] == 0 and again["points_upserted"] == 0
+    assert again["run_ids"] == [] and again["vectors_computed"] == 0 and again["points_upserted"] == 0
 
     rag = RagResource(data_dir=str(data_dir))
     with rag.vector_store() as store:
@@ -201,7 +201,7 @@ def test_corpus_rule_tags_follow_rule_changes_and_moves_without_reembedding(
     assert tags_by_name()["installation.md"] == ["setup"] and tags_by_name()["incident-runbook.md"] == []
     assert tagged("handbook") == set() and tagged("setup") == {"installation.md"} and tagged("faq") == {"faq.txt"}
     assert_index_agrees(data_dir)
-    assert ingest([root], data_dir)["run_id"] is None  # in sync: nothing pending
+    assert ingest([root], data_dir)["run_ids"] == []  # in sync: nothing pending
 
     # A copy under a tagged folder adds its tags to the document's; deleting the copy takes them away again.
     rules.write_text(TAG_RULES)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import dagster as dg
 import pytest
 
 from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
+from rag_pipeline.defs.partitions import shard_runs
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.defs.sensors import corpus_summary_after_ingest, source_files_sensor
 from rag_pipeline.index.sidecar import Sidecar
@@ -83,7 +85,8 @@ def test_sample_corpus_ingests_every_type_and_reingest_does_nothing(corpus: Path
                                                           [config["sha"]])}
     assert kinds["aws_access_key"] == 1 and kinds["password"] == 1 and kinds["jwt"] == 1
     assert sidecar.query("SELECT count(*) AS n FROM chunks")[0]["n"] == summary["chunks"]
-    runs = sidecar.query("SELECT asset, added FROM runs WHERE run_id = ? ORDER BY asset", [summary["run_id"]])
+    runs = sidecar.query("SELECT asset, added FROM runs WHERE list_contains(?, run_id) ORDER BY asset",
+                         [summary["run_ids"]])
     assert {r["asset"]: r["added"] for r in runs}["raw_documents"] == 14 and len(runs) == 7
     texts = all_chunk_texts(settings)
     for secret in ["AKIAIOSFODNN7EXAMPLE", "Tr0ub4dor&3-staging", "xoxb-2048", "maria.keller@", "eyJhbGciOi"]:
@@ -93,7 +96,7 @@ def test_sample_corpus_ingests_every_type_and_reingest_does_nothing(corpus: Path
     mtimes = {path: path.stat().st_mtime_ns for path in settings.artifacts_dir.rglob("*")}
     again = ingest([corpus], data_dir)
     assert again["added"] == 0 and again["chunks"] == 0 and again["shards"] == []
-    assert again["unchanged"] == 14 and again["run_id"] is None
+    assert again["unchanged"] == 14 and again["run_ids"] == []
     assert mtimes == {path: path.stat().st_mtime_ns for path in settings.artifacts_dir.rglob("*")}
 
 
@@ -292,6 +295,50 @@ def test_sensor_requests_the_shard_a_tag_rule_change_retags(tmp_path: Path, data
         chunks = Sidecar(settings.sidecar_path).documents_by_sha([sha_of(runbook)])[sha_of(runbook)]["chunks"]
         assert f"| on-call | 1 | {chunks} |" in by_tag and f"| runbook | 1 | {chunks} |" in by_tag
         assert "| (untagged) | 5 |" in by_tag
+
+
+HEX256 = [format(index, "02x") for index in range(256)]
+
+
+def test_shard_runs_split_only_where_changed_shards_lie_far_apart() -> None:
+    assert shard_runs(["f", "0", "3", "3"], [format(index, "x") for index in range(16)]) == [["0", "3", "f"]]
+    assert shard_runs(["00", "11", "12", "40", "ff"], HEX256) == [["00", "11", "12"], ["40"], ["ff"]]  # 16 between
+    assert shard_runs(["00", "12"], HEX256) == [["00"], ["12"]]  # 17 unchanged shards between: two runs
+    assert shard_runs(["00", "12"], HEX256, max_gap=17) == [["00", "12"]]
+    assert shard_runs([], HEX256) == []
+
+
+@pytest.mark.slow
+def test_far_apart_changes_over_256_shards_ingest_in_several_runs(tmp_path: Path) -> None:
+    """With RAG_SHARD_HEX_DIGITS=2 (fixed when the definitions load, hence a subprocess), documents in far-apart
+    shards are ingested by one run per group of nearby shards, and the summary adds up over the runs."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    for prefix in "08f":  # one note per region of the SHA space
+        for attempt in range(10_000):
+            text = f"# Pump hall {prefix}\n\nThe pumps in hall {prefix} are inspected every {attempt} days.\n"
+            if hashlib.sha256(text.encode()).hexdigest().startswith(prefix):
+                (root / f"hall-{prefix}.md").write_text(text)
+                break
+    env = {**os.environ, "RAG_SHARD_HEX_DIGITS": "2", "HF_HUB_OFFLINE": "1"}
+    env.pop("DAGSTER_HOME", None)
+
+    def ingest_cli() -> dict:
+        done = subprocess.run([sys.executable, "-m", "rag_pipeline", "ingest", str(root), "--json", "--data-dir",
+                               str(tmp_path / "data")], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)
+
+    first = ingest_cli()
+    assert first["added"] == 3 and first["failed"] == [] and len(first["shards"]) == 3
+    assert len(first["run_ids"]) == 3 and first["points_upserted"] == first["chunks"] > 0
+    edited = root / "hall-8.md"
+    edited.write_text(edited.read_text() + "\nThe seals are replaced yearly.\n")
+    second = ingest_cli()
+    assert (second["added"], second["purged"], second["unchanged"]) == (1, 1, 2)
+    assert len(second["run_ids"]) == len(shard_runs(second["shards"], HEX256))
+    third = ingest_cli()
+    assert third["run_ids"] == [] and third["unchanged"] == 3
 
 
 def test_cli_ingest_json(tmp_path: Path, data_dir: Path) -> None:

@@ -58,8 +58,8 @@ def test_ingest_records_runs_and_materialisations_in_postgres(
     postgres_home: Path, postgres_server: PostgresServer, corpus: Path, data_dir: Path,  # noqa: F811
 ) -> None:
     summary = ingest([corpus], data_dir)
-    assert summary["added"] > 0 and summary["chunks"] > 0 and summary["run_id"]
-    shards, run_id = summary["shards"], summary["run_id"]
+    assert summary["added"] > 0 and summary["chunks"] > 0 and len(summary["run_ids"]) == 1
+    shards, [run_id] = summary["shards"], summary["run_ids"]
     assert shards
 
     with dg.DagsterInstance.get() as instance:
@@ -99,6 +99,6 @@ def test_ingest_records_runs_and_materialisations_in_postgres(
         connection.close()
 
     again = ingest([corpus], data_dir)
-    assert again["shards"] == [] and again["added"] == 0 and again["run_id"] is None
+    assert again["shards"] == [] and again["added"] == 0 and again["run_ids"] == []
     with dg.DagsterInstance.get() as instance:
         assert instance.get_runs_count() == runs_after_first

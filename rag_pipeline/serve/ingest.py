@@ -12,7 +12,7 @@ from typing import Any
 import dagster as dg
 
 from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
-from rag_pipeline.defs.partitions import shard_run_tags
+from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.index.indexing import pending_shards
 from rag_pipeline.settings import Settings
@@ -36,14 +36,25 @@ def dagster_instance() -> Iterator[dg.DagsterInstance]:
             yield instance
 
 
+# Summary counts: key -> (asset, metadata key), summed over the runs.
+COUNTS = {
+    "added": ("raw_documents", "added"), "moved": ("raw_documents", "moved"),
+    "retagged": ("raw_documents", "retagged"), "unchanged": ("raw_documents", "unchanged"),
+    "purged": ("raw_documents", "purged"), "chunks": ("chunks", "chunks_written"),
+    "vectors_computed": ("embeddings", "vectors_computed"), "vectors_cached": ("embeddings", "vectors_cached"),
+    "points_upserted": ("vector_index", "points_upserted"), "points_deleted": ("vector_index", "points_deleted"),
+    "embed_seconds": ("embeddings", "embed_seconds"),
+}
+
+
 def metadata_value(result: dg.ExecuteInProcessResult, asset: str, key: str) -> Any:
     events = result.asset_materializations_for_node(asset)
     return events[0].metadata[key].value if events else 0
 
 
-def outside_run(settings: Settings, manifest: Manifest, shards: Sequence[str]) -> int:
-    """Documents in shards the run's partition range does not cover (unchanged, as their shards were in sync)."""
-    covered = {key for key in settings.shard_keys if min(shards) <= key <= max(shards)}
+def outside_runs(settings: Settings, manifest: Manifest, runs: Sequence[Sequence[str]]) -> int:
+    """Documents in shards no run's partition range covers (unchanged, as their shards were in sync)."""
+    covered = {key for run in runs for key in settings.shard_keys if run[0] <= key <= run[-1]}
     return sum(1 for sha in manifest.documents() if settings.shard_of(sha) not in covered)
 
 
@@ -59,36 +70,31 @@ def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, p
     manifest = rag.manifest()
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
-    summary: dict[str, Any] = {"added": 0, "unchanged": len(manifest.documents()), "moved": 0, "retagged": 0,
-                               "purged": 0,
-                               "chunks": 0, "vectors_computed": 0, "vectors_cached": 0, "points_upserted": 0,
-                               "points_deleted": 0, "shards": shards, "run_id": None}
+    summary: dict[str, Any] = {key: 0 for key in COUNTS} | {
+        "unchanged": len(manifest.documents()), "shards": shards, "run_ids": []}
     if shards:
+        runs = shard_runs(shards)
+        results = []
         with dagster_instance() as instance:
-            result = dg.materialize(
-                INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=shard_run_tags(shards),
-                run_config=QUIET_LOGS, raise_on_error=False,
-            )
-            if not result.success:
-                raise IngestFailed(run_failure(result))
+            for run in runs:
+                result = dg.materialize(
+                    INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=shard_run_tags(run),
+                    run_config=QUIET_LOGS, raise_on_error=False,
+                )
+                if not result.success:
+                    raise IngestFailed(run_failure(result))
+                results.append(result)
             dg.materialize([corpus_summary, *INGEST_ASSETS], selection=[corpus_summary], resources={"rag": rag},
                            instance=instance, run_config=QUIET_LOGS)
-        summary.update(
-            run_id=result.run_id,
-            added=metadata_value(result, "raw_documents", "added"),
-            moved=metadata_value(result, "raw_documents", "moved"),
-            retagged=metadata_value(result, "raw_documents", "retagged"),
-            unchanged=metadata_value(result, "raw_documents", "unchanged") + outside_run(settings, manifest, shards),
-            purged=metadata_value(result, "raw_documents", "purged"),
-            chunks=metadata_value(result, "chunks", "chunks_written"),
-            vectors_computed=metadata_value(result, "embeddings", "vectors_computed"),
-            vectors_cached=metadata_value(result, "embeddings", "vectors_cached"),
-            points_upserted=metadata_value(result, "vector_index", "points_upserted"),
-            points_deleted=metadata_value(result, "vector_index", "points_deleted"),
-            embed_seconds=metadata_value(result, "embeddings", "embed_seconds"),
-            stage_seconds={asset.key.to_user_string(): metadata_value(result, asset.key.to_user_string(), "seconds")
-                           for asset in INGEST_ASSETS},
-        )
+        summary.update({key: sum(metadata_value(result, asset, name) for result in results)
+                        for key, (asset, name) in COUNTS.items()})
+        summary["unchanged"] += outside_runs(settings, manifest, runs)
+        summary["embed_seconds"] = round(summary["embed_seconds"], 3)
+        summary["run_ids"] = [result.run_id for result in results]
+        summary["stage_seconds"] = {
+            asset.key.to_user_string(): round(sum(metadata_value(result, asset.key.to_user_string(), "seconds")
+                                                  for result in results), 3)
+            for asset in INGEST_ASSETS}
     else:
         sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
     current = set(manifest.documents())
