@@ -227,8 +227,8 @@ def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
     for row in Sidecar(Settings(data_dir=data_dir).sidecar_path).totals_by_type():
         print(f"{row['doc_type']:6} {row['documents']:>9} {row['failed']:>6} {row['chunks']:>7} {row['redactions']:>10}")
     print(f"added {summary['added']}, unchanged {summary['unchanged']}, moved {summary['moved']}, "
-          f"purged {summary['purged']}, chunks written {summary['chunks']}, failed {len(summary['failed'])} "
-          f"in {summary['seconds']:.1f} s")
+          f"retagged {summary['retagged']}, purged {summary['purged']}, chunks written {summary['chunks']}, "
+          f"failed {len(summary['failed'])} in {summary['seconds']:.1f} s")
     for failure in summary["failed"]:
         print(f"  failed: {failure['path']}: {failure['error']}")
 
