@@ -24,7 +24,7 @@ from rag_pipeline.convert import ConversionError, DocumentConverter
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.redact import find_secrets, redact
 from rag_pipeline.settings import Settings
-from rag_pipeline.sources import Manifest, document_tags, sha256_file
+from rag_pipeline.sources import Manifest, SourceFile, document_tags, sha256_file
 
 HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 
@@ -64,6 +64,16 @@ def describe(row: dict[str, Any] | None, sha: str) -> str:
     return row["paths"][0] if row and row.get("paths") else sha
 
 
+def stored_tags(row: dict[str, Any]) -> list[str]:
+    """A sidecar row's tags (NULL in rows written before tags existed)."""
+    return sorted(row.get("tags") or [])
+
+
+def label_changes(row: dict[str, Any], sources: list[SourceFile]) -> tuple[bool, bool]:
+    """(paths changed, tags changed) of a stored document against its files in the manifest."""
+    return sorted(row["paths"]) != sorted(source.path for source in sources), stored_tags(row) != document_tags(sources)
+
+
 def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
     """Snapshot new documents' bytes, drop vanished SHAs (each later stage purges its own artifacts in turn),
     and record every document's current paths and tags."""
@@ -83,10 +93,9 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
                    "bytes": sources[0].size, "rel_path": sources[0].relative_path}
             if sha in held:
                 report.skipped += 1
-                if sha in known and sorted(known[sha]["paths"]) != sorted(paths):
-                    report.moved.append(sha)
-                if sha in known and sorted(known[sha]["tags"] or []) != tags:
-                    report.retagged.append(sha)
+                moved, retagged = label_changes(known[sha], sources) if sha in known else (False, False)
+                report.moved += [sha] if moved else []
+                report.retagged += [sha] if retagged else []
             else:
                 error = snapshot(store, shard, sha, sources[0].path, sources[0].doc_type)
                 if error:

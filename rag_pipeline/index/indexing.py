@@ -21,8 +21,8 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_document
 from rag_pipeline.index.vector_store import IndexedDocument, IndexPoint, VectorStore, label_payload
 from rag_pipeline.settings import Settings
-from rag_pipeline.sources import Manifest, document_tags
-from rag_pipeline.sync import StageReport, describe, read_chunks, reconcile, stores
+from rag_pipeline.sources import Manifest
+from rag_pipeline.sync import StageReport, describe, label_changes, read_chunks, reconcile, stored_tags, stores
 
 EMBED_SLICE = 256  # texts per embedding call: bounds memory and lost work on a crash, drives the progress bar
 UPSERT_BATCH = 1024
@@ -116,11 +116,6 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, ingested_a
         )
         for chunk, vector in zip(pieces, vectors, strict=True)
     ]
-
-
-def stored_tags(row: dict) -> list[str]:
-    """A sidecar row's tags (NULL in rows written before tags existed)."""
-    return sorted(row.get("tags") or [])
 
 
 def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
@@ -241,11 +236,7 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
         wanted = {sha for sha in documents if settings.shard_of(sha) == shard}
         stored = {sha for sha, row in known.items() if row["shard"] == shard}
         converted = wanted - all_stores["markdown"].shas(shard, "error.json")
-        relabelled = any(
-            sorted(known[sha]["paths"]) != sorted(s.path for s in documents[sha])
-            or stored_tags(known[sha]) != document_tags(documents[sha])
-            for sha in wanted & stored
-        )
+        relabelled = any(any(label_changes(known[sha], documents[sha])) for sha in wanted & stored)
         in_sync = (
             wanted == stored
             and not relabelled
