@@ -86,18 +86,20 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
     }
 
 
+def coverage_lines(coverage: dict[str, dict[str, int]], width: int) -> list[str]:
+    """One line per key of a coverage table: files and bytes."""
+    return [f"  {name:{width}} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in coverage.items()]
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The report as readable text: summary, coverage tables, then every file not included with its reason."""
     summary = report["summary"]
     lines = [f"{summary['included']} files included ({summary['documents']} distinct documents, "
              f"{summary['included_bytes']:,} bytes), {summary['refused']} refused, {summary['excluded']} excluded, "
              f"{summary['would_redact']} text files would be redacted", "", "by type:"]
-    lines += [f"  {name:12} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_type"].items()]
-    lines += ["by top folder:"]
-    lines += [f"  {name:24} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_folder"].items()]
+    lines += coverage_lines(report["by_type"], 12) + ["by top folder:"] + coverage_lines(report["by_folder"], 24)
     if report["by_tag"]:
-        lines += [f"by tag ({report['untagged']} files untagged):"]
-        lines += [f"  {name:24} {v['files']:>6} files {v['bytes']:>14,} bytes" for name, v in report["by_tag"].items()]
+        lines += [f"by tag ({report['untagged']} files untagged):"] + coverage_lines(report["by_tag"], 24)
     if report["unmatched_tag_patterns"]:
         lines += ["tag patterns that match no included file: " + ", ".join(report["unmatched_tag_patterns"])]
     lines += ["largest:"] + [f"  {row['bytes']:>14,}  {row['path']}" for row in report["largest"]]

@@ -103,6 +103,12 @@ def check_result(name: str, report: StageReport) -> dg.AssetCheckResult:
     )
 
 
+def coverage_table(label: str, coverage: dict[str, dict[str, int]]) -> list[str]:
+    """Markdown table lines of a manifest coverage table (files and MiB per key)."""
+    rows = [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in coverage.items()]
+    return [f"| {label} | files | MiB |", "|---|---:|---:|", *rows]
+
+
 @dg.asset(group_name="ingest", kinds={"python"}, owners=OWNERS)
 def source_manifest(rag: RagResource) -> dg.MaterializeResult:
     """Dry run of the roots: every file with included / refused / excluded and the reason, coverage by type, top
@@ -115,15 +121,9 @@ def source_manifest(rag: RagResource) -> dg.MaterializeResult:
     report = manifest_report(rag.manifest(), [str(root) for root in settings.roots], pii_policy=settings.pii_policy,
                              role_email_prefixes=settings.role_email_prefixes, rules=rules)
     summary = report["summary"]
-    coverage = ["| type | files | MiB |", "|---|---:|---:|"]
-    coverage += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_type"].items()]
-    folders = ["| top folder | files | MiB |", "|---|---:|---:|"]
-    folders += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_folder"].items()]
     by_tag = "no tag rules (RAG_CORPUS_RULES)"
     if rules and rules.tags:
-        tags = ["| tag | files | MiB |", "|---|---:|---:|"]
-        tags += [f"| {name} | {v['files']} | {v['bytes'] / 2**20:.2f} |" for name, v in report["by_tag"].items()]
-        tags += [f"| (untagged) | {report['untagged']} | |"]
+        tags = coverage_table("tag", report["by_tag"]) + [f"| (untagged) | {report['untagged']} | |"]
         if report["unmatched_tag_patterns"]:
             patterns = ", ".join(f"`{pattern}`" for pattern in report["unmatched_tag_patterns"])
             tags += ["", f"Tag patterns that match no included file: {patterns}"]
@@ -134,7 +134,8 @@ def source_manifest(rag: RagResource) -> dg.MaterializeResult:
         "included_mib": dg.MetadataValue.float(round(summary["included_bytes"] / 2**20, 3)),
         "refused_files": summary["refused"], "excluded_files": summary["excluded"],
         "would_redact_files": summary["would_redact"],
-        "by_type": dg.MetadataValue.md("\n".join(coverage)), "by_top_folder": dg.MetadataValue.md("\n".join(folders)),
+        "by_type": dg.MetadataValue.md("\n".join(coverage_table("type", report["by_type"]))),
+        "by_top_folder": dg.MetadataValue.md("\n".join(coverage_table("top folder", report["by_folder"]))),
         "by_tag": dg.MetadataValue.md(by_tag),
         "largest": dg.MetadataValue.md("\n".join(f"- {row['bytes']:,} B `{row['path']}`" for row in report["largest"])),
         "not_included": dg.MetadataValue.md(
