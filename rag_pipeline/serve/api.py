@@ -161,8 +161,7 @@ def result_json(hit_payload: dict[str, Any], chunk_id: str, score: float) -> dic
         "path": hit_payload.get("path"), "header": hit_payload.get("heading_path", ""),
         "line_start": hit_payload.get("line_start"), "page": hit_payload.get("page"), "chunk_id": chunk_id,
         "sha": hit_payload.get("sha"), "doc_type": hit_payload.get("doc_type"), "tags": hit_payload.get("tags") or [],
-        "score": score,
-        "text": hit_payload.get("text", ""),
+        "score": score, "text": hit_payload.get("text", ""),
     }
 
 
