@@ -143,22 +143,20 @@ class Sidecar:
 
     def totals_by_type(self) -> list[dict[str, Any]]:
         """Documents, failures and chunks per document type."""
-        with self.connect() as con:
-            return records(con.execute(
-                "SELECT doc_type, count(*) AS documents, count(*) FILTER (status = 'failed') AS failed, "
-                "coalesce(sum(chunks), 0) AS chunks, coalesce(sum(redactions), 0) AS redactions "
-                "FROM documents GROUP BY doc_type ORDER BY doc_type"
-            ))
+        return self.query(
+            "SELECT doc_type, count(*) AS documents, count(*) FILTER (status = 'failed') AS failed, "
+            "coalesce(sum(chunks), 0) AS chunks, coalesce(sum(redactions), 0) AS redactions "
+            "FROM documents GROUP BY doc_type ORDER BY doc_type"
+        )
 
     def totals_by_tag(self) -> list[dict[str, Any]]:
         """Documents and chunks per tag (a document counts under each of its tags), then the untagged ones."""
-        with self.connect() as con:
-            return records(con.execute(
-                "SELECT tag, count(*) AS documents, coalesce(sum(chunks), 0) AS chunks FROM ("
-                "  SELECT unnest(tags) AS tag, chunks FROM documents) GROUP BY tag "
-                "UNION ALL SELECT NULL, count(*), coalesce(sum(chunks), 0) FROM documents WHERE len(tags) = 0 "
-                "OR tags IS NULL ORDER BY tag NULLS LAST"
-            ))
+        return self.query(
+            "SELECT tag, count(*) AS documents, coalesce(sum(chunks), 0) AS chunks FROM ("
+            "  SELECT unnest(tags) AS tag, chunks FROM documents) GROUP BY tag "
+            "UNION ALL SELECT NULL, count(*), coalesce(sum(chunks), 0) FROM documents WHERE len(tags) = 0 "
+            "OR tags IS NULL ORDER BY tag NULLS LAST"
+        )
 
     def documents_by_sha(self, shas: list[str]) -> dict[str, dict[str, Any]]:
         with self.connect() as con:
