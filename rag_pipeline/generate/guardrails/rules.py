@@ -1,10 +1,7 @@
-"""Prompt-injection guardrails: scan retrieved text before generation, validate the answer after.
-
-``scan_text`` reports rule findings in a question or a retrieved chunk; ``quarantined`` says whether
-they are severe enough to drop it. ``validate_output`` cleans the generated answer (unknown URLs,
-bad citations, exfiltration markup) and refuses it when it leaks the system prompt or carries out
-what an injection demanded. Rules run on ``reveal_hidden(text)`` so that triggers hidden with
-invisible characters are still found; the raw text is checked for the hiding itself.
+"""The rule catalogue: the patterns of every injection rule but hidden_unicode (``scan`` checks raw text
+for that one) and how each match gets its severity, its payload (the phrase the injection wants said, or
+the URL it wants rendered or data sent to) and its cut (what to remove from an answer).
+``_rule_matches`` applies them all to text whose hidden characters are already revealed.
 
 Calibration decisions (retrieved chunks are mostly technical documentation; checked on SciFact, SQuAD,
 the docling ground truth and installed packages' READMEs, none of which gets a high finding):
@@ -29,17 +26,12 @@ the docling ground truth and installed packages' READMEs, none of which gets a h
 - Images: a static query string is medium (README badges: ``?branch=main``, ``?version=latest``,
   ``?token=`` on codecov, shields ``?url=``); high takes a URL carrying data, or a query plus a
   paragraph telling the model to render, embed, fill in or append.
-- Invisible characters that hide nothing are no finding: at the text's edges (a BOM), soft hyphens
-  inside words, ZWJ/ZWNJ next to non-ASCII characters (emoji sequences, Indic and Persian shaping),
-  bidi marks and isolates in text with right-to-left letters, and the TAG sequences of subdivision
-  flag emoji. Soft hyphens never count as splitting a trigger word (German hyphenates "Anweisungen").
 """
 
 from __future__ import annotations
 
 import bisect
 import re
-import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -56,27 +48,6 @@ RULES = (
     "hidden_unicode",
 )
 
-REFUSAL = (
-    "I can't provide that answer: it appears to follow instructions found in the retrieved documents "
-    "rather than answering your question."
-)
-
-
-@dataclass(frozen=True)
-class Finding:
-    rule: str
-    severity: Severity
-    excerpt: str  # the matching text, hidden characters shown as \uXXXX escapes, at most ~120 chars
-    where: str  # "question", "source 3", "answer", ...
-    payload: str | None = None  # the phrase the injection wants said, or the URL it wants rendered / data sent to
-
-
-@dataclass
-class OutputReport:
-    answer: str  # the cleaned answer, or REFUSAL when refused
-    violations: list[Finding]
-    refused: bool
-
 
 @dataclass(frozen=True)
 class _Match:
@@ -89,48 +60,9 @@ class _Match:
     cut: tuple[int, int]  # what to remove when the match is in an answer
 
 
-# --- hidden characters ----------------------------------------------------------------------------
-
-_INVISIBLE = "\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-_INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]+")
-_TAG_RE = re.compile("[\U000e0000-\U000e007f]+")
-_FLAG_TAGS = re.compile("[\U000e0030-\U000e0039\U000e0061-\U000e007a]{2,6}\U000e007f")
-_RTL = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")
-_TRIGGER_WORDS = frozenset(
-    "ignore ignorez ignoriere disregard forget override instruction instructions system prompt prompts "
-    "assistant developer jailbreak".split()
-)
-
-
-def _decode_tags(run: str) -> str:
-    codes = (ord(char) - 0xE0000 for char in run)
-    return "".join(chr(code) for code in codes if 0x20 <= code <= 0x7E or code in (9, 10, 13))
-
-
-def reveal_hidden(text: str) -> str:
-    """Unicode TAG characters decoded to the ASCII they encode; zero-width and bidi control
-    characters (U+200B-U+200F, U+202A-U+202E, U+2060-U+2064, U+2066-U+2069, U+FEFF, U+00AD soft
-    hyphen) removed; NFKC normalised."""
-    text = _TAG_RE.sub(lambda match: _decode_tags(match.group()), text)
-    return unicodedata.normalize("NFKC", _INVISIBLE_RE.sub("", text))
-
-
-def _escape(text: str) -> str:
-    """Hidden and control characters as \\uXXXX escapes, whitespace runs collapsed, cut to ~120 chars."""
-    shown = "".join(
-        (f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
-        if unicodedata.category(char) in ("Cf", "Cc") and char not in "\t\n\r"
-        else char
-        for char in text
-    )
-    shown = " ".join(shown.split())
-    return shown if len(shown) <= 120 else shown[:119] + "…"
-
-
 # --- URLs -----------------------------------------------------------------------------------------
 
 _URL = r"https?://[^\s<>\"'`)\]]+"
-_URL_RE = re.compile(_URL, re.I)
 _PLACEHOLDER = re.compile(
     r"\{[^{}]{0,100}\}|%7[Bb]|\$\{|\$[A-Z_]{2,}|%3[Cc]|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|=[A-Z]{4,}(?:&|$)"
 )
@@ -510,234 +442,3 @@ def _rule_matches(text: str) -> list[_Match]:
     for match in (*_phrase_matches(text), *_url_matches(text)):
         seen.setdefault((match.rule, match.start), match)
     return sorted(seen.values(), key=lambda match: (match.start, RULES.index(match.rule)))
-
-
-def _key(match: _Match) -> tuple[str, str]:
-    return match.rule, " ".join(_INVISIBLE_RE.sub("", match.text).lower().split())
-
-
-# --- hidden_unicode -------------------------------------------------------------------------------
-
-
-def _benign_invisible(text: str, run: re.Match[str], body: tuple[int, int], rtl: bool) -> bool:
-    """Whether the run hides nothing: outside the body (the text without edge whitespace), a soft hyphen inside
-    a word, ZWJ/ZWNJ next to non-ASCII, bidi marks in RTL text."""
-    chars = set(run.group())
-    if run.start() <= body[0] or run.end() >= body[1]:
-        return True
-    neighbours = text[run.start() - 1] + text[run.end()]
-    if chars == {"\u00ad"}:
-        return neighbours.isalpha()
-    if chars <= {"\u200c", "\u200d"}:
-        return any(ord(char) > 0x7F for char in neighbours)
-    return rtl and chars <= set("\u200e\u200f\u2066\u2067\u2068\u2069")
-
-
-_WORD_BEFORE = re.compile(rf"[^\W\d_{_INVISIBLE}]+$")
-_WORD_AFTER = re.compile(rf"[^\W\d_]+(?:[{_INVISIBLE}]+[^\W\d_]+)*")
-
-
-def _splits_trigger(text: str, run: re.Match[str]) -> bool:
-    """The run sits inside a trigger word (a zero-width space inside "ignore"); soft hyphens never count."""
-    if set(run.group()) == {"\u00ad"}:
-        return False
-    left = _WORD_BEFORE.search(text, max(0, run.start() - 20), run.start())
-    right = _WORD_AFTER.match(text, run.end(), run.end() + 40)
-    if not (left and right):
-        return False
-    return _INVISIBLE_RE.sub("", left.group() + right.group()).lower() in _TRIGGER_WORDS
-
-
-def _around(text: str, start: int, end: int) -> str:
-    left = re.search(r"\S{0,30}$", text[max(0, start - 30) : start])
-    right = re.match(r"\S{0,30}", text[end : end + 30])
-    return (left.group() if left else "") + text[start:end] + (right.group() if right else "")
-
-
-def _hidden_findings(text: str, where: str) -> list[Finding]:
-    findings = [
-        Finding("hidden_unicode", "high", _escape(run.group()), where)
-        for run in _TAG_RE.finditer(text)
-        if not (text[run.start() - 1 : run.start()] == "\U0001f3f4" and _FLAG_TAGS.fullmatch(run.group()))
-    ]
-    runs = list(_INVISIBLE_RE.finditer(text))
-    if not runs:
-        return findings
-    plain = unicodedata.normalize("NFKC", _TAG_RE.sub("", text))
-    shown = {_key(match) for match in _rule_matches(plain)}
-    exposed = any(_key(match) not in shown for match in _rule_matches(reveal_hidden(_TAG_RE.sub("", text))))
-    rtl = bool(_RTL.search(text))
-    body = (len(text) - len(text.lstrip()), len(text.rstrip()))
-    splitting = next((run for run in runs if _splits_trigger(text, run)), None)
-    suspicious = next((run for run in runs if not _benign_invisible(text, run, body, rtl)), None)
-    if splitting or exposed or suspicious:
-        first = splitting or suspicious or runs[0]
-        severity: Severity = "high" if splitting or exposed else "medium"
-        findings.append(Finding("hidden_unicode", severity, _escape(_around(text, *first.span())), where))
-    return findings
-
-
-# --- public API -----------------------------------------------------------------------------------
-
-
-def _finding(match: _Match, where: str) -> Finding:
-    return Finding(match.rule, match.severity, _escape(match.text), where, match.payload)
-
-
-def scan_text(text: str, where: str) -> list[Finding]:
-    """All findings in text: hidden characters in the raw text, then every other rule on
-    ``reveal_hidden(text)`` and on each TAG-encoded message on its own."""
-    findings = _hidden_findings(text, where)
-    matches = _rule_matches(reveal_hidden(text))
-    keys = {_key(match) for match in matches}
-    for run in _TAG_RE.finditer(text):
-        for match in _rule_matches(_decode_tags(run.group())):
-            if _key(match) not in keys:
-                keys.add(_key(match))
-                matches.append(match)
-    return findings + [_finding(match, where) for match in matches]
-
-
-def quarantined(findings: Sequence[Finding]) -> bool:
-    """Whether any finding is high severity (the text must not reach the model)."""
-    return any(finding.severity == "high" for finding in findings)
-
-
-def _cut(text: str, spans: Sequence[tuple[int, int]]) -> str:
-    """Text without the spans; a space before a cut goes too when the cut is followed by space,
-    punctuation or the end."""
-    pieces, position = [], 0
-    for start, end in sorted(spans):
-        start = max(start, position)
-        if start >= end:
-            continue
-        kept = text[position:start]
-        if not text[end : end + 1].strip() or text[end] in ".,;:!?)":
-            kept = kept.rstrip(" \t")
-        pieces.append(kept)
-        position = end
-    pieces.append(text[position:])
-    return "".join(pieces)
-
-
-_AUTOLINK = re.compile(rf"<(?P<url>{_URL})>", re.I)
-
-
-def _drop_unknown_urls(text: str, context: Sequence[str]) -> tuple[str, list[Finding]]:
-    """Remove URLs that occur in no context text, with their link or image syntax (a link keeps its label)."""
-    findings: list[Finding] = []
-
-    def unknown(url: str) -> bool:
-        url = _strip_url(url)
-        if any(url in source or url.rstrip("/") in source for source in context):
-            return False
-        findings.append(Finding("unknown_url", "medium", _escape(url), "answer"))
-        return True
-
-    def link(match: re.Match[str]) -> str:
-        if not unknown(match.group("url")):
-            return match.group()
-        return "" if match.group("image") else match.group("label")
-
-    text = _LINK.sub(link, text)
-    text = _cut(text, [match.span() for match in _REF_DEF.finditer(text) if unknown(match.group("url"))])
-    text = _cut(text, [match.span() for match in _AUTOLINK.finditer(text) if unknown(match.group("url"))])
-    bare = [match for match in _URL_RE.finditer(text) if unknown(match.group())]
-    return _cut(text, [(match.start(), match.start() + len(_strip_url(match.group()))) for match in bare]), findings
-
-
-_CITATION = re.compile(r"(?<![\w\]!])\[(?P<items>\s*\d+\s*(?:(?:[,;]|[-–])\s*\d+\s*)*)\](?![(:\[])")
-
-
-def _drop_bad_citations(text: str, source_count: int) -> tuple[str, list[Finding]]:
-    """Remove citation numbers outside 1..source_count; ranges are clamped, empty markers dropped."""
-    findings: list[Finding] = []
-    cuts: list[tuple[int, int]] = []
-    replacements: list[tuple[int, int, str]] = []
-    for match in _CITATION.finditer(text):
-        kept, bad = [], False
-        for item in re.split(r"[,;]", match.group("items")):
-            bounds = [int(number) for number in re.split(r"[-–]", item)]
-            low, high = max(bounds[0], 1), min(bounds[-1], source_count)
-            bad = bad or (low, high) != (bounds[0], bounds[-1])
-            if low <= high:
-                kept.append(str(low) if low == high else f"{low}-{high}")
-        if bad:
-            findings.append(Finding("invalid_citation", "medium", match.group(), "answer"))
-            if kept:
-                replacements.append((*match.span(), f"[{', '.join(kept)}]"))
-            else:
-                cuts.append(match.span())
-    for start, end, marker in reversed(replacements):
-        text = text[:start] + marker + text[end:]
-        shift = len(marker) - (end - start)
-        cuts = [(a + shift, b + shift) if a >= end else (a, b) for a, b in cuts]
-    return _cut(text, cuts), findings
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\w+", text.casefold())
-
-
-def _prompt_leak(answer: str, system_prompt: str) -> list[Finding]:
-    prompt = _words(system_prompt)
-    grams = {tuple(prompt[i : i + 8]) for i in range(len(prompt) - 7)}
-    words = _words(answer)
-    leaked = next((words[i : i + 8] for i in range(len(words) - 7) if tuple(words[i : i + 8]) in grams), None)
-    return [Finding("system_prompt_leak", "high", " ".join(leaked), "answer")] if leaked else []
-
-
-_CODE_TOKEN = re.compile(r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[^\W\d_])[^\W_][\w-]{4,}(?![\w-])")  # CANARY-7, AB12C
-
-
-def _followed(answer: str, payloads: Sequence[str]) -> list[Finding]:
-    """An answer follows an injection when it contains the demanded phrase (a URL payload: its host), or a
-    code-like token of it (letters and digits, 5+ characters: an injected marker)."""
-    haystack = " ".join(answer.casefold().split())
-    findings = []
-    for payload in payloads:
-        payload = payload.strip()
-        if len(payload) < 4:
-            continue
-        if _URL_RE.match(payload):
-            needles = [(urlsplit(payload).hostname or "").casefold()]
-        else:
-            revealed = reveal_hidden(payload)
-            needles = [" ".join(revealed.casefold().split())] + [t.casefold() for t in _CODE_TOKEN.findall(revealed)]
-        if any(needle and needle in haystack for needle in needles):
-            findings.append(Finding("followed_injection", "high", _escape(payload), "answer", payload))
-    return findings
-
-
-_REMOVED_RULES = ("markdown_image_exfiltration", "role_tag")
-
-
-def validate_output(
-    answer: str, *, context: Sequence[str], source_count: int, system_prompt: str, injected_payloads: Sequence[str]
-) -> OutputReport:
-    """Clean the generated answer, or refuse it when it leaks the system prompt or follows an injection.
-
-    Removed (reported, not refused): URLs found in no context text, citation numbers outside
-    1..source_count, absolute markdown/HTML images, role tags (a turn line whole), the sentence of a
-    high-severity send_to_url finding, and hidden characters when they are a finding.
-    Refused: 8+ consecutive words of the system prompt, or any injected payload of 4+ characters (a
-    URL payload by its host) in the answer."""
-    violations = scan_text(answer, "answer")
-    text = answer
-    if any(finding.rule == "hidden_unicode" for finding in violations):
-        text = _INVISIBLE_RE.sub("", _TAG_RE.sub("", text))
-    removed = [
-        match.cut
-        for match in _rule_matches(text)
-        if match.rule in _REMOVED_RULES or match.rule == "send_to_url" and match.severity == "high"
-    ]
-    text = _cut(text, removed)
-    text, url_findings = _drop_unknown_urls(text, context)
-    text, citation_findings = _drop_bad_citations(text, source_count)
-    revealed = reveal_hidden(answer)
-    violations += url_findings + citation_findings + _prompt_leak(revealed, system_prompt)
-    violations += _followed(revealed, injected_payloads)
-    refused = any(finding.rule in ("system_prompt_leak", "followed_injection") for finding in violations)
-    if text != answer:
-        text = text.strip()
-    return OutputReport(REFUSAL if refused else text, violations, refused)
