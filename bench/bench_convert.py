@@ -1,4 +1,4 @@
-"""Benchmark rag_pipeline.convert over the dataset documents with one DocumentConverter.
+"""Benchmark rag_pipeline.ingest.convert over the dataset documents with one DocumentConverter.
 
 Usage: HF_HUB_OFFLINE=1 python bench/bench_convert.py [--repeat N] [--documents DIR]
 """
@@ -10,7 +10,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from rag_pipeline.convert import DocumentConverter
+from rag_pipeline.ingest.convert import DocumentConverter
 
 DOCUMENTS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "documents"
 DOC_TYPES = {".md": "md", ".txt": "txt", ".pdf": "pdf", ".docx": "docx", ".html": "html", ".pptx": "pptx"}

@@ -43,7 +43,7 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 from rag_pipeline.defs.partitions import shard_run_tags  # noqa: E402
-from rag_pipeline.serve.ingest import QUIET_LOGS, dagster_instance, ingest  # noqa: E402
+from rag_pipeline.defs.runner import QUIET_LOGS, dagster_instance, ingest  # noqa: E402
 from rag_pipeline_tests.pg_server import FAST_SETTINGS, running_postgres  # noqa: E402
 
 CORPUS = REPO / "golden" / "corpus"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from rag_pipeline.embed import SentenceTransformerEmbedder
+from rag_pipeline.embedder import SentenceTransformerEmbedder
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact" / "corpus.jsonl"
 MAX_CHARS = 1000

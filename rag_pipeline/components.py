@@ -10,10 +10,12 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rag_pipeline.answer import Answerer, GuardrailSettings
-from rag_pipeline.embed import Embedder, EmbedderUnavailable, declared_dimension, shared_embedder
+from rag_pipeline.embedder import Embedder, EmbedderUnavailable, declared_dimension, shared_embedder
+from rag_pipeline.errors import ConfigError
+from rag_pipeline.generate.answerer import Answerer, GuardrailSettings
 from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, OllamaGenerator
-from rag_pipeline.index.vector_store import HnswSettings, VectorStore, open_vector_store
+from rag_pipeline.index.factory import open_vector_store
+from rag_pipeline.index.vector_store import HnswSettings, VectorStore
 from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.hyde import Hyde
 from rag_pipeline.retrieve.rerank import Reranker
@@ -91,7 +93,7 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) ->
     hyde = None
     if settings.hyde != "off":
         if not settings.ollama_url:
-            raise ValueError(f"RAG_HYDE={settings.hyde} needs an LLM: set RAG_OLLAMA_URL (or RAG_HYDE=off)")
+            raise ConfigError(f"RAG_HYDE={settings.hyde} needs an LLM: set RAG_OLLAMA_URL (or RAG_HYDE=off)")
         if query_embedder is None:
             raise EmbedderUnavailable("HyDE needs the embedding model, which cannot be loaded")
         llm = build_llm(settings, temperature=HYDE_TEMPERATURE, max_tokens=HYDE_MAX_TOKENS)
@@ -120,9 +122,9 @@ def answerer(settings: Settings, retriever: Retriever) -> Answerer:
     """The configured answerer over `retriever`: generator, guardrail layers, budget and chunk filter."""
     chat = build_llm(settings)
     if settings.generator == "ollama" and chat is None:
-        raise ValueError("RAG_GENERATOR=ollama needs RAG_OLLAMA_URL")
+        raise ConfigError("RAG_GENERATOR=ollama needs RAG_OLLAMA_URL")
     if settings.chunk_filter and chat is None:
-        raise ValueError("RAG_CHUNK_FILTER=true needs an LLM: set RAG_OLLAMA_URL")
+        raise ConfigError("RAG_CHUNK_FILTER=true needs an LLM: set RAG_OLLAMA_URL")
     extractive = ExtractiveGenerator(retriever.embedder, threshold=settings.extractive_threshold)
     generator: Generator = OllamaGenerator(chat) if chat is not None and settings.generator != "extractive" \
         else extractive

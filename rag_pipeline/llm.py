@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import ollama
 
+from rag_pipeline.errors import ModelUnavailable
+
 if TYPE_CHECKING:
     from rag_pipeline.settings import Settings
 
@@ -17,11 +19,11 @@ if TYPE_CHECKING:
 _RETRYABLE = (ConnectionError, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
-class LLMUnavailable(RuntimeError):
+class LLMUnavailable(ModelUnavailable):
     """The Ollama server is unreachable, timed out, failed, or lacks the model."""
 
 
-class LLMResponseError(RuntimeError):
+class LLMResponseError(ModelUnavailable):
     """The Ollama server answered with something malformed or unexpected."""
 
 

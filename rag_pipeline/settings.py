@@ -8,9 +8,17 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from rag_pipeline.redact import DEFAULT_ROLE_EMAIL_PREFIXES
-
-ACCEPTED_EXTENSIONS: tuple[str, ...] = ("md", "markdown", "txt", "pdf", "docx", "html", "htm", "pptx")
+# Extension -> normalised document type: the file types that are ingested.
+DOC_TYPES: dict[str, str] = {
+    "md": "md", "markdown": "md", "txt": "txt", "pdf": "pdf",
+    "docx": "docx", "html": "html", "htm": "html", "pptx": "pptx",
+}
+ACCEPTED_EXTENSIONS: tuple[str, ...] = tuple(DOC_TYPES)
+# Local parts of role addresses (support@, info@, ...) that PII redaction keeps (RAG_ROLE_EMAIL_PREFIXES).
+DEFAULT_ROLE_EMAIL_PREFIXES: tuple[str, ...] = (
+    "support", "info", "help", "contact", "sales", "admin", "noreply", "no-reply",
+    "hello", "office", "team", "press", "security", "webmaster", "privacy", "billing",
+)
 
 
 class Settings(BaseSettings):
@@ -28,7 +36,7 @@ class Settings(BaseSettings):
     )
     extensions: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(ACCEPTED_EXTENSIONS))
     max_file_bytes: int = 50 * 1024 * 1024
-    # Corpus rules (include/exclude globs, types, size bounds, per-folder tags) in a YAML file; see corpus_rules.py.
+    # Corpus rules (include/exclude globs, types, size bounds, per-folder tags) in a YAML file; see ingest/rules.py.
     corpus_rules: Path | None = None
 
     # Shards: a document's shard is the first `shard_hex_digits` hex digits of its SHA-256 (16 or 256 shards).

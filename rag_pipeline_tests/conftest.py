@@ -1,15 +1,21 @@
-"""Shared fixtures. Tests run offline: a model download from a hub must fail fast, not hang."""
+"""Shared fixtures (sample corpus and index, vector stores of both backends, the fake Ollama server). Tests run offline: a model download from a hub must fail fast, not hang."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from rag_pipeline.index.vector_store import IndexPoint, VectorStore  # noqa: E402
+from rag_pipeline_tests.fake_ollama import FakeOllama  # noqa: E402
+from rag_pipeline_tests.store_helpers import make_points, open_store  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "golden" / "corpus"
@@ -34,10 +40,35 @@ def data_dir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def sample_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(corpus, data dir): the sample corpus ingested once per session. Read-only: copy it to change it."""
-    from rag_pipeline.serve.ingest import ingest
+    from rag_pipeline.defs.runner import ingest
 
     base = tmp_path_factory.mktemp("sample_index")
     corpus = base / "corpus"
     shutil.copytree(SAMPLE_CORPUS, corpus)
     ingest([corpus], base / "data")
     return corpus, base / "data"
+
+
+@pytest.fixture(params=["edge", "server"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
+    opened = open_store(request.param, tmp_path)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def points() -> list[IndexPoint]:
+    return make_points()
+
+
+@pytest.fixture
+def fake_ollama() -> Iterator[FakeOllama]:
+    """A started FakeOllama, shut down and closed after the test."""
+    server = FakeOllama()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join()
+

@@ -9,12 +9,10 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
-
-import pytest
 
 FAKE_DIMENSION = 12
 FAKE_EMBED_MODELS = ("fake-embed", "nomic-embed-text")
@@ -193,13 +191,3 @@ class FakeOllamaHandler(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def fake_ollama() -> Iterator[FakeOllama]:
-    """A started FakeOllama, shut down and closed after the test."""
-    server = FakeOllama()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join()

@@ -22,7 +22,7 @@ import uvicorn
 
 from rag_pipeline.serve.api import MAX_API_TOP_K, create_app
 from rag_pipeline.settings import Settings
-from rag_pipeline_tests.fake_ollama import FakeOllama, fake_ollama  # noqa: F401  (fixture)
+from rag_pipeline_tests.fake_ollama import FakeOllama
 
 from .conftest import REPO
 

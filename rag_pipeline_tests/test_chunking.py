@@ -1,4 +1,4 @@
-"""Tests of rag_pipeline.chunking: sizes, overlap, headings, lines, pages, TOC filter, sentence windows, ids."""
+"""Tests of rag_pipeline.ingest.chunk: sizes, overlap, headings, lines, pages, TOC filter, sentence windows, ids."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from rag_pipeline.chunking import CHUNK_NAMESPACE, Chunk, chunk_document, chunk_id
+from rag_pipeline.ingest.chunk import CHUNK_NAMESPACE, Chunk, chunk_document, chunk_id
 
 SHA = "a" * 64
 SIZES = [(24, 0), (24, 8), (60, 0), (60, 20), (200, 40), (512, 64)]

@@ -1,4 +1,4 @@
-"""Tests of rag_pipeline.embed: the packaged model, the embedding cache and the Ollama client against a fake server."""
+"""Tests of rag_pipeline.embedder: the packaged model, the embedding cache and the Ollama client against a fake server."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 import numpy as np
 import pytest
 
-from rag_pipeline.embed import (
+from rag_pipeline.embedder import (
     DEFAULT_MODEL_ID,
     Embedder,
     EmbedderUnavailable,
@@ -26,7 +26,6 @@ from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
 from rag_pipeline_tests.fake_ollama import (
     FAKE_DIMENSION,
     FakeOllama,
-    fake_ollama,  # noqa: F401  (a pytest fixture)
     fake_vector,
 )
 
@@ -219,7 +218,7 @@ def test_build_embedder_ollama_needs_url() -> None:
 
 
 def test_declared_dimension_matches_the_loaded_model(tmp_path: Path) -> None:
-    from rag_pipeline.embed import declared_dimension
+    from rag_pipeline.embedder import declared_dimension
 
     assert declared_dimension() == 384
     dense = tmp_path / "with-dense"

@@ -11,10 +11,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rag_pipeline.defs.evaluation import eval_quality_gate, eval_report, eval_schedule, gate, golden_set
+from rag_pipeline.defs.evaluation import eval_quality_gate, eval_report, eval_schedule, golden_set
 from rag_pipeline.defs.resources import RetrievalResource
 from rag_pipeline.evaluate.answers import citation_scores, contains, exact_match, normalise, token_f1
 from rag_pipeline.evaluate.beir import load_beir
+from rag_pipeline.evaluate.gate import quality_gate
 from rag_pipeline.evaluate.golden import GoldenSetError, load_golden, matches
 from rag_pipeline.evaluate.judge import Judge, average_precision
 from rag_pipeline.evaluate.service import evaluate_index
@@ -22,7 +23,7 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.llm import OllamaLLM
 from rag_pipeline.serve.cli import main
 from rag_pipeline.settings import Settings
-from rag_pipeline_tests.fake_ollama import FakeOllama, fake_ollama  # noqa: F401  (fixture)
+from rag_pipeline_tests.fake_ollama import FakeOllama
 
 from .conftest import REPO, SAMPLE_CORPUS
 
@@ -183,11 +184,11 @@ def test_eval_report_materialises_with_history(sample_index: tuple[Path, Path], 
 
 def test_quality_gate_floors_and_drop() -> None:
     settings = Settings(eval_min_recall_at_5=0.5, eval_min_ndcg_at_10=0.4, eval_max_drop=0.05)
-    assert gate({"recall@5": 0.9, "ndcg@10": 0.8}, {"recall@5": 0.92, "ndcg@10": 0.82}, settings).passed
-    low = gate({"recall@5": 0.3, "ndcg@10": 0.8}, None, settings)
-    assert not low.passed and "below the floor" in low.metadata["details"].value
-    dropped = gate({"recall@5": 0.9, "ndcg@10": 0.7}, {"recall@5": 0.9, "ndcg@10": 0.8}, settings)
-    assert not dropped.passed and "ndcg@10 dropped 0.100" in dropped.metadata["details"].value
+    assert quality_gate({"recall@5": 0.9, "ndcg@10": 0.8}, {"recall@5": 0.92, "ndcg@10": 0.82}, settings).passed
+    low = quality_gate({"recall@5": 0.3, "ndcg@10": 0.8}, None, settings)
+    assert not low.passed and "below the floor" in low.details
+    dropped = quality_gate({"recall@5": 0.9, "ndcg@10": 0.7}, {"recall@5": 0.9, "ndcg@10": 0.8}, settings)
+    assert not dropped.passed and "ndcg@10 dropped 0.100" in dropped.details
 
 
 def test_quality_gate_blocks_a_bad_run(sample_index: tuple[Path, Path], tmp_path: Path, small_golden: Path,
@@ -199,6 +200,29 @@ def test_quality_gate_blocks_a_bad_run(sample_index: tuple[Path, Path], tmp_path
                             resources={"retrieval": RetrievalResource(data_dir=str(data_dir))}, raise_on_error=False)
     [check] = result.get_asset_check_evaluations()
     assert not check.passed and "below the floor 0.999" in check.metadata["details"].value
+
+
+def test_cli_eval_gate(sample_index: tuple[Path, Path], tmp_path: Path, small_golden: Path,
+                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """`eval --gate` passes on the sample index, fails (exit 1, reason given) under an unreachable floor, and
+    judges the drop against the latest evaluation eval_report recorded."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(sample_index[1], data_dir)
+    args = ["eval", "--gate", "--no-answers", "--json", "--data-dir", str(data_dir)]
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["gate"] == {
+        "passed": True, "details": "Recall@5 and NDCG@10 within the floors and the allowed drop"}
+    monkeypatch.setenv("RAG_EVAL_MIN_NDCG_AT_10", "0.999")
+    assert main(args) == 1
+    gate = json.loads(capsys.readouterr().out)["gate"]
+    assert not gate["passed"] and "ndcg@10" in gate["details"] and "below the floor 0.999" in gate["details"]
+    monkeypatch.delenv("RAG_EVAL_MIN_NDCG_AT_10")
+    # an earlier evaluation above any possible score: this run is a drop of more than RAG_EVAL_MAX_DROP
+    Sidecar(data_dir / "sidecar.duckdb").record_eval("earlier-run", "small-sample", "v0", "chunks", 8,
+                                                     {"recall@5": 2.0, "ndcg@10": 2.0})
+    assert main(args[:-3] + ["--data-dir", str(data_dir)]) == 1  # readable output this time
+    output = capsys.readouterr().out
+    assert "quality gate: FAILED" in output and "dropped" in output
 
 
 def test_nightly_schedule_tick() -> None:

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from rag_pipeline.answer import ALL_QUARANTINED, Answerer, GuardrailSettings, split_complete
-from rag_pipeline.embed import SentenceTransformerEmbedder
+from rag_pipeline.embedder import SentenceTransformerEmbedder
+from rag_pipeline.generate.answerer import ALL_QUARANTINED, Answerer, GuardrailSettings, split_complete
 from rag_pipeline.generate.chunk_filter import filter_chunks
 from rag_pipeline.generate.generators import (
     I_DONT_KNOW,
@@ -31,7 +31,7 @@ from rag_pipeline.generate.result import Source, cited_numbers
 from rag_pipeline.index.vector_store import Hit
 from rag_pipeline.llm import OllamaLLM
 from rag_pipeline.retrieve import RetrievalSettings, Retriever
-from rag_pipeline_tests.fake_ollama import FakeOllama, fake_ollama  # noqa: F401  (fixture)
+from rag_pipeline_tests.fake_ollama import FakeOllama
 
 
 def source(number: int, text: str, path: str = "docs/a.md", heading: str = "A", page: int | None = None) -> Source:

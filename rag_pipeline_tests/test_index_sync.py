@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.index.indexing import contextual_text
+from rag_pipeline.defs.runner import ingest
 from rag_pipeline.index.server_store import shared_memory_client
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import IndexPoint, SparseVector, VectorStore
-from rag_pipeline.serve.ingest import ingest
+from rag_pipeline.ingest.chunk import read_chunks
+from rag_pipeline.ingest.embed import contextual_text
+from rag_pipeline.ingest.stage import stores
 from rag_pipeline.settings import Settings
-from rag_pipeline.sync import read_chunks, stores
 
 from .conftest import DATASETS, SAMPLE_CORPUS
 

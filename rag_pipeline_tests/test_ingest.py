@@ -16,11 +16,13 @@ import pytest
 from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
 from rag_pipeline.defs.partitions import shard_runs
 from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.defs.runner import ingest
 from rag_pipeline.defs.sensors import corpus_summary_after_ingest, source_files_sensor
+from rag_pipeline.errors import IngestFailed
 from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.serve.ingest import IngestFailed, ingest
+from rag_pipeline.ingest.chunk import read_chunks
+from rag_pipeline.ingest.stage import stores
 from rag_pipeline.settings import Settings
-from rag_pipeline.sync import read_chunks, stores
 
 from .conftest import SAMPLE_CORPUS
 

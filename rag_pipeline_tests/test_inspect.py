@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline.defs.runner import ingest
 from rag_pipeline.serve.cli import main
-from rag_pipeline.serve.ingest import ingest
 
 
 def inspect_json(data_dir: Path, capsys: pytest.CaptureFixture, *view: str) -> object:

@@ -14,7 +14,6 @@ from rag_pipeline.settings import Settings
 from rag_pipeline_tests.fake_ollama import (
     FAKE_VERSION,
     FakeOllama,
-    fake_ollama,  # noqa: F401  (a pytest fixture)
 )
 
 QUESTION = [{"role": "user", "content": "What is RAG?"}]

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rag_pipeline.redact import RedactionResult, find_secrets, redact
+from rag_pipeline.ingest.redact import RedactionResult, find_secrets, redact
 
 RSA_KEY = """-----BEGIN RSA PRIVATE KEY-----
 MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun

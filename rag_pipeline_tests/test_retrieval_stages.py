@@ -9,21 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag_pipeline.index.vector_store import Hit, IndexPoint, VectorStore, open_vector_store
+from rag_pipeline.index.factory import open_vector_store
+from rag_pipeline.index.vector_store import Hit, IndexPoint, VectorStore
 from rag_pipeline.llm import OllamaLLM
 from rag_pipeline.retrieve import RetrievalSettings, Retriever
 from rag_pipeline.retrieve.hyde import TEMPLATES, Hyde
 from rag_pipeline.retrieve.rerank import Reranker, RerankerUnavailable, rerank
 from rag_pipeline.retrieve.semantic_cache import SemanticCache, cache_collection
-from rag_pipeline_tests.fake_ollama import FakeOllama, fake_ollama  # noqa: F401  (fixture)
-from rag_pipeline_tests.test_retrieve import BrokenEmbedder, LookupEmbedder, basis
-from rag_pipeline_tests.test_vector_store import (  # noqa: F401  (store and points are fixtures)
-    DIM,
-    MODEL,
-    point_with,
-    points,
-    store,
-)
+from rag_pipeline_tests.fake_ollama import FakeOllama
+from rag_pipeline_tests.store_helpers import DIM, MODEL, BrokenEmbedder, LookupEmbedder, basis, point_with
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant"),

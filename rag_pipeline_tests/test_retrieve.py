@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag_pipeline.embed import Embedder, EmbedderUnavailable
+from rag_pipeline.embedder import Embedder
+from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.index.sparse import encode_document, encode_query
 from rag_pipeline.index.vector_store import Hit, IndexPoint, VectorStore
-from rag_pipeline.retrieve import RetrievalSettings, Retriever, StoreUnavailable
+from rag_pipeline.retrieve import RetrievalSettings, Retriever
 from rag_pipeline.retrieve.fragments import split_fragments
 from rag_pipeline.retrieve.fusion import dbsf, dbsf_normalise, rrf, weighted_blend
 from rag_pipeline.retrieve.postprocess import (
@@ -24,44 +25,20 @@ from rag_pipeline.retrieve.postprocess import (
     score_threshold,
     text_overlap,
 )
-from rag_pipeline_tests.test_vector_store import (  # noqa: F401  (store and points are fixtures)
+from rag_pipeline_tests.store_helpers import (
     DIM,
+    BrokenEmbedder,
+    LookupEmbedder,
+    basis,
     make_points,
     open_store,
     point_with,
-    points,
-    store,
 )
 
 pytestmark = [  # qdrant-client's local mode ignores payload indexes and HNSW parameters
     pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant"),
     pytest.mark.filterwarnings("ignore:Local mode performs exact"),
 ]
-
-
-class LookupEmbedder(Embedder):
-    """Test double of the Embedder interface: fixed query vectors by text (anything else: a zero vector)."""
-
-    model_id = "lookup"
-    dimension = DIM
-
-    def __init__(self, vectors: dict[str, Sequence[float]]) -> None:
-        self.vectors = vectors
-        self.calls: list[str] = []
-
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls.extend(texts)
-        return np.array([self.vectors.get(text, [0.0] * DIM) for text in texts], dtype=np.float32)
-
-
-class BrokenEmbedder(Embedder):
-    """Test double: an embedder whose model server is down."""
-
-    model_id = "broken"
-    dimension = DIM
-
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        raise EmbedderUnavailable("Ollama at http://127.0.0.1:9 unreachable (model 'nomic-embed-text')")
 
 
 def hit(hit_id: str, score: float, sha: str = "", text: str = "", vector: Sequence[float] | None = None,
@@ -75,12 +52,6 @@ def assert_ranked(hits: Sequence[Hit], expected: Sequence[tuple[str, float]], na
     """The hits' ids (or names) and scores equal `expected` in order, scores to 1e-6 relative."""
     assert [name[h.id] if name else h.id for h in hits] == [item[0] for item in expected]
     assert [h.score for h in hits] == pytest.approx([item[1] for item in expected], rel=1e-6)
-
-
-def basis(index: int, dimension: int = DIM) -> list[float]:
-    vector = [0.0] * dimension
-    vector[index] = 1.0
-    return vector
 
 
 # --- pure fusion functions, hand-checked -----------------------------------------------------------------
@@ -402,7 +373,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def real_embedder() -> Embedder:
-    from rag_pipeline.embed import SentenceTransformerEmbedder
+    from rag_pipeline.embedder import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
 

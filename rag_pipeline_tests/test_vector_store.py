@@ -3,25 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rag_pipeline.index.sparse import encode_document, encode_query
+from rag_pipeline.errors import StoreLocked
+from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import (
     IndexedDocument,
     IndexPoint,
     VectorStore,
-    VectorStoreLocked,
     collection_name,
-    open_vector_store,
 )
+from rag_pipeline_tests.store_helpers import DIM, MODEL, TEXTS, make_point, open_store, point_with
 
 pytestmark = [  # qdrant-client's local mode ignores payload indexes and HNSW parameters
     pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant"),
@@ -29,76 +27,6 @@ pytestmark = [  # qdrant-client's local mode ignores payload indexes and HNSW pa
 ]
 
 REPO = Path(__file__).resolve().parents[1]
-DIM = 24
-MODEL = "test-org/Test-Model.v1"
-# One text per point; "pump" is common, "gasket" and "ZX-4471" occur once.
-TEXTS = [
-    "The centrifugal pump moves cooling water through the primary loop.",
-    "Inspect the pump seals every month for leaks.",
-    "A pump failure triggers the backup generator alarm.",
-    "Replace the pump bearings when vibration exceeds the limit.",
-    "The pump controller logs pressure readings each minute.",
-    "Order spare part ZX-4471 before the winter shutdown.",
-    "Quarterly budget review covers travel and training costs.",
-    "The gasket on the inlet flange must be torqued evenly.",
-    "Employees submit expense reports through the finance portal.",
-    "The library closes early on public holidays.",
-    "Solar panels on the roof supply power during the day.",
-    "Network switches in the server room need firmware updates.",
-]
-SHAS = ["sha0", "sha1", "sha2", "sha3"]  # three points each; sha0 and sha1 in shard s0, sha1 and sha3 are pdf
-
-
-def unit_vector(rng: random.Random, dimension: int = DIM) -> list[float]:
-    vector = [rng.gauss(0, 1) for _ in range(dimension)]
-    norm = math.sqrt(sum(value * value for value in vector))
-    return [value / norm for value in vector]
-
-
-def make_point(rng: random.Random, index: int, text: str, sha: str, dimension: int = DIM) -> IndexPoint:
-    paths = [f"/docs/{sha}.md", f"/mirror/{sha}.md"]
-    payload = {
-        "text": text,
-        "window_text": text,
-        "paths": paths,
-        "path": paths[0],
-        "heading_path": "Intro",
-        "line_start": index,
-        "page": None,
-        "chunk_index": index,
-        "sha": sha,
-        "shard": "s0" if sha in ("sha0", "sha1") else "s1",
-        "doc_type": "pdf" if sha in ("sha1", "sha3") else "md",
-        "ingested_at": "2024-05-01T12:00:00+00:00",
-    }
-    point_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-    return IndexPoint(point_id, unit_vector(rng, dimension), encode_document(text), payload)
-
-
-def make_points(seed: int = 7) -> list[IndexPoint]:
-    rng = random.Random(seed)
-    return [make_point(rng, i, text, SHAS[i // 3]) for i, text in enumerate(TEXTS)]
-
-
-def open_store(backend: str, data_dir: Path, dimension: int = DIM) -> VectorStore:
-    location = ":memory:" if backend == "server" else None
-    return open_vector_store(data_dir=data_dir, model_id=MODEL, dimension=dimension, location=location)
-
-
-@pytest.fixture(params=["edge", "server"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[VectorStore]:
-    opened = open_store(request.param, tmp_path)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def points() -> list[IndexPoint]:
-    return make_points()
-
-
-def point_with(points: list[IndexPoint], word: str) -> IndexPoint:
-    return next(point for point in points if word in point.payload["text"])
 
 
 def test_collection_name() -> None:
@@ -286,7 +214,7 @@ def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
 OPEN_IN_CHILD = f"""
 import sys
 from pathlib import Path
-from rag_pipeline.index.vector_store import open_vector_store
+from rag_pipeline.index.factory import open_vector_store
 store = open_vector_store(data_dir=Path(sys.argv[1]), model_id={MODEL!r}, dimension={DIM})
 """
 
@@ -312,7 +240,7 @@ def test_edge_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        with pytest.raises(VectorStoreLocked) as error:
+        with pytest.raises(StoreLocked) as error:
             open_store("edge", tmp_path)
         message = str(error.value)
         assert f"pid {holder.pid}" in message and "-c" in message

@@ -8,13 +8,19 @@ from typing import Any
 
 import dagster as dg
 
-from rag_pipeline import sync
 from rag_pipeline.defs.partitions import SHARDS
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.index import indexing
 from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.catalogue import sync_catalogue
+from rag_pipeline.ingest.chunk import sync_chunks
+from rag_pipeline.ingest.convert import sync_markdown
+from rag_pipeline.ingest.embed import sync_embeddings
+from rag_pipeline.ingest.index import sync_vector_index
+from rag_pipeline.ingest.manifest import configured_report
+from rag_pipeline.ingest.raw import sync_raw
+from rag_pipeline.ingest.redact import sync_redacted
+from rag_pipeline.ingest.stage import StageReport
 from rag_pipeline.settings import Settings
-from rag_pipeline.sync import StageReport
 
 TABLE_LIMIT = 500
 TABLE_COLUMNS = {
@@ -31,6 +37,7 @@ TABLE_COLUMNS = {
     "error": "string",
 }
 OWNERS = ["team:rag-platform"]
+TOTALS = "totals"  # metadata key of a stage's StageTotals (JSON), which the in-process runner sums
 SHARDED = {
     "partitions_def": SHARDS,
     "backfill_policy": dg.BackfillPolicy.single_run(),
@@ -85,7 +92,8 @@ def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecu
         "seconds": round(report.seconds, 3),
         "docs_per_second": round(len(report.added) / report.seconds, 2) if report.seconds else 0.0,
         "documents": documents_table(report, rag.settings, sidecar),
-        **report.stats,
+        **report.stage_figures(),
+        TOTALS: dg.MetadataValue.json(report.totals().to_json()),
     }
     if report.failed:
         metadata["failures"] = dg.MetadataValue.md("\n".join(f"- {error}" for error in report.failed.values()))
@@ -113,16 +121,10 @@ def coverage_table(label: str, coverage: dict[str, dict[str, int]]) -> list[str]
 def source_manifest(rag: RagResource) -> dg.MaterializeResult:
     """Dry run of the roots: every file with included / refused / excluded and the reason, coverage by type, top
     folder and tag, largest and empty files, and the text files redaction would change. Converts nothing."""
-    from rag_pipeline.corpus_rules import configured_rules
-    from rag_pipeline.manifest_report import manifest_report
-
-    settings = rag.settings
-    rules = configured_rules(settings.corpus_rules)
-    report = manifest_report(rag.manifest(), [str(root) for root in settings.roots], pii_policy=settings.pii_policy,
-                             role_email_prefixes=settings.role_email_prefixes, rules=rules)
+    report = configured_report(rag.settings)
     summary = report["summary"]
     by_tag = "no tag rules (RAG_CORPUS_RULES)"
-    if rules and rules.tags:
+    if report["tag_patterns"]:
         tags = coverage_table("tag", report["by_tag"]) + [f"| (untagged) | {report['untagged']} | |"]
         if report["unmatched_tag_patterns"]:
             patterns = ", ".join(f"`{pattern}`" for pattern in report["unmatched_tag_patterns"])
@@ -153,11 +155,10 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
     manifest = rag.manifest()
     sidecar = rag.sidecar()
     sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
-    report = sync.sync_raw(rag.settings, manifest, context.partition_keys, sidecar)
+    report = sync_raw(rag.settings, manifest, context.partition_keys, sidecar)
     metadata = stage_metadata(report, rag, context)
-    relabelled = set(report.moved) | set(report.retagged)
-    metadata.update(moved=len(report.moved), retagged=len(report.retagged),
-                    unchanged=report.skipped - len(relabelled))
+    totals = report.totals()
+    metadata.update(moved=totals.moved, retagged=totals.retagged, unchanged=totals.unchanged)
     metadata["refused_files"] = len(manifest.errors)
     if manifest.errors:
         metadata["refusals"] = dg.MetadataValue.md("\n".join(f"- `{e.path}`: {e.reason}" for e in manifest.errors))
@@ -172,7 +173,7 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
 )
 def markdown_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Convert new documents to Markdown with docling; failures are recorded per document."""
-    report = sync.sync_markdown(
+    report = sync_markdown(
         rag.settings, rag.converter(), context.partition_keys, rag.sidecar(), progress=rag.show_progress
     )
     return dg.MaterializeResult(
@@ -189,7 +190,7 @@ def markdown_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
 )
 def redacted_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Redact secrets and PII before anything downstream sees the text."""
-    report = sync.sync_redacted(rag.settings, context.partition_keys, rag.sidecar())
+    report = sync_redacted(rag.settings, context.partition_keys, rag.sidecar())
     return dg.MaterializeResult(
         metadata=stage_metadata(report, rag, context),
         check_results=[check_result("no_secret_survives", report)],
@@ -204,7 +205,7 @@ def redacted_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
 )
 def chunks(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Split redacted documents into chunks with heading paths, lines and pages."""
-    report = sync.sync_chunks(rag.settings, context.partition_keys, rag.sidecar())
+    report = sync_chunks(rag.settings, context.partition_keys, rag.sidecar())
     metadata = stage_metadata(report, rag, context)
     metadata["chunks_written"] = report.chunks
     metadata["chunks_per_second"] = round(report.chunks / report.seconds, 1) if report.seconds else 0.0
@@ -215,11 +216,12 @@ def chunks(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materializ
 def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Embed new chunks ("path > heading path" + text), batched across documents, through the embedding cache."""
     embedder = rag.embedder()
-    report = indexing.sync_embeddings(
+    report = sync_embeddings(
         rag.settings, embedder, rag.embedding_cache(), context.partition_keys, rag.sidecar(), progress=rag.show_progress
     )
     metadata = stage_metadata(report, rag, context)
-    metadata.update(model=embedder.model_id, dimension=embedder.dimension, chunks_embedded=report.chunks)
+    metadata.update(model=embedder.model_id, dimension=embedder.dimension, chunks_embedded=report.chunks,
+                    chunks_per_second=round(report.chunks / report.seconds, 1) if report.seconds else 0.0)
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -232,7 +234,7 @@ def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materi
 def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Upsert new points, delete purged documents' points, relabel moved or re-tagged ones (no re-embedding)."""
     with rag.vector_store() as store:
-        report = indexing.sync_vector_index(rag.settings, store, context.partition_keys, rag.sidecar())
+        report = sync_vector_index(rag.settings, store, context.partition_keys, rag.sidecar())
     metadata = stage_metadata(report, rag, context)
     metadata.update(collection=store.collection, moved=len(report.moved), retagged=len(report.retagged))
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("points_match_sidecar_chunks", report)])
@@ -241,7 +243,7 @@ def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mate
 @dg.asset(**INDEX, kinds={"duckdb"}, deps=[vector_index])
 def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Chunk and redaction rows of every document in the DuckDB sidecar, for exact questions."""
-    report = indexing.sync_catalogue(rag.settings, context.partition_keys, rag.sidecar())
+    report = sync_catalogue(rag.settings, context.partition_keys, rag.sidecar())
     metadata = stage_metadata(report, rag, context)
     metadata["chunk_rows_written"] = report.chunks
     return dg.MaterializeResult(metadata=metadata)

@@ -4,6 +4,7 @@ quality gate, and the nightly eval job schedule."""
 import dagster as dg
 
 from rag_pipeline.defs.resources import RetrievalResource
+from rag_pipeline.evaluate.gate import recorded_gate
 from rag_pipeline.evaluate.golden import load_golden
 from rag_pipeline.evaluate.service import evaluate_index, format_report, headline
 from rag_pipeline.index.sidecar import Sidecar
@@ -63,28 +64,8 @@ def eval_report(context: dg.AssetExecutionContext, retrieval: RetrievalResource)
                             "not more than RAG_EVAL_MAX_DROP below the previous evaluation.")
 def eval_quality_gate(retrieval: RetrievalResource) -> dg.AssetCheckResult:
     settings = retrieval.settings
-    golden = load_golden(settings.eval_golden_path)
-    history = Sidecar(settings.sidecar_path).eval_history(golden.name, limit=2)
-    if not history:
-        return dg.AssetCheckResult(passed=False, metadata={"details": "no evaluation recorded yet"})
-    latest = history[0]["metrics"]
-    previous = history[1]["metrics"] if len(history) > 1 else None
-    return gate(latest, previous, settings)
-
-
-def gate(latest: dict, previous: dict | None, settings: Settings) -> dg.AssetCheckResult:
-    """Floors and maximum drop on Recall@5 and NDCG@10."""
-    failures = []
-    for name, floor in (("recall@5", settings.eval_min_recall_at_5), ("ndcg@10", settings.eval_min_ndcg_at_10)):
-        value = latest.get(name, 0.0)
-        if value < floor:
-            failures.append(f"{name} {value:.3f} is below the floor {floor:.3f}")
-        if previous and name in previous and previous[name] - value > settings.eval_max_drop:
-            failures.append(f"{name} dropped {previous[name] - value:.3f} (from {previous[name]:.3f} to {value:.3f}), "
-                            f"more than {settings.eval_max_drop:.3f}")
-    details = "; ".join(failures) or "Recall@5 and NDCG@10 within the floors and the allowed drop"
-    return dg.AssetCheckResult(passed=not failures, metadata={
-        "details": details, "recall@5": latest.get("recall@5", 0.0), "ndcg@10": latest.get("ndcg@10", 0.0)})
+    result = recorded_gate(settings, load_golden(settings.eval_golden_path).name)
+    return dg.AssetCheckResult(passed=result.passed, metadata={"details": result.details, **result.metrics})
 
 
 eval_job = dg.define_asset_job("eval_job", selection=dg.AssetSelection.assets(eval_report),

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import dagster as dg
 
 from rag_pipeline import components
-from rag_pipeline.convert import DocumentConverter
-from rag_pipeline.corpus_rules import configured_rules
-from rag_pipeline.embed import Embedder, EmbeddingCache
+from rag_pipeline.embedder import Embedder, EmbeddingCache
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import VectorStore
+from rag_pipeline.ingest.convert import DocumentConverter
+from rag_pipeline.ingest.discover import Manifest, discover_configured
 from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.settings import Settings
-from rag_pipeline.sources import HashCache, Manifest, discover
 
 
 @functools.cache
@@ -62,18 +59,7 @@ class RagResource(dg.ConfigurableResource):
 
     def manifest(self) -> Manifest:
         """Discover the roots, re-hashing only files whose size or mtime changed since the last scan."""
-        settings = self.settings
-        cache_path = settings.data_dir / "hash_cache.json"
-        cache: HashCache = {}
-        if cache_path.is_file():
-            cache = {path: tuple(entry) for path, entry in json.loads(cache_path.read_text()).items()}
-        manifest = discover(settings.roots, ignore=settings.ignore, extensions=settings.extensions,
-                            max_file_bytes=settings.max_file_bytes, cache=cache,
-                            rules=configured_rules(settings.corpus_rules))
-        live = {str(Path(f.path).resolve()) for f in manifest.files}
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        cache_path.write_text(json.dumps({path: entry for path, entry in cache.items() if path in live}))
-        return manifest
+        return discover_configured(self.settings)
 
 
 class RetrievalResource(dg.ConfigurableResource):

@@ -9,10 +9,10 @@ from rag_pipeline.defs.assets import INGEST_ASSETS
 from rag_pipeline.defs.jobs import corpus_summary_job, ingest_job
 from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.index.indexing import pending_shards
-from rag_pipeline.index.vector_store import VectorStoreLocked
+from rag_pipeline.errors import StoreLocked
+from rag_pipeline.ingest.discover import Manifest
+from rag_pipeline.ingest.plan import pending_shards
 from rag_pipeline.settings import Settings
-from rag_pipeline.sources import Manifest
 
 
 def shard_digests(settings: Settings, manifest: Manifest) -> dict[str, str]:
@@ -43,7 +43,7 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
         try:
             with rag.vector_store() as store:
                 affected = pending_shards(settings, manifest, rag.sidecar(), store)
-        except VectorStoreLocked as exc:  # a run holds the embedded store: compare on a later tick
+        except StoreLocked as exc:  # a run holds the embedded store: compare on a later tick
             return dg.SkipReason(f"waiting for the vector store: {exc}")
     else:
         previous = json.loads(context.cursor)

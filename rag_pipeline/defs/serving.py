@@ -5,7 +5,7 @@ from pydantic import Field
 
 from rag_pipeline.components import answerer
 from rag_pipeline.defs.resources import RetrievalResource
-from rag_pipeline.serve.api import search_json
+from rag_pipeline.errors import InputError
 
 
 class AnswerQuestionConfig(dg.Config):
@@ -34,7 +34,7 @@ def answer_question_op(context: dg.OpExecutionContext, config: AnswerQuestionCon
     filters = {key: values[0] if len(values) == 1 else values for key, values in config.filters.items()} or None
     try:
         return _answer(context, config, retrieval, filters)
-    except ValueError as error:  # a blank question, top_k out of range, an unknown filter field
+    except InputError as error:  # a blank question, top_k out of range, an unknown filter field
         raise dg.Failure(description=f"invalid request: {error}") from error
 
 
@@ -52,7 +52,7 @@ def _answer(context: dg.OpExecutionContext, config: AnswerQuestionConfig, retrie
                      "flagged_chunks": len(answer.guardrails["flagged"]), "refused": answer.guardrails["refused"],
                      "cited_sources": len(answer.citations)}
         else:
-            output = search_json(retriever.search(config.question, top_k=config.top_k, filters=filters))
+            output = retriever.search(config.question, top_k=config.top_k, filters=filters).to_json()
             results, text, generator = output["results"], "", "none (retrieval only)"
             timings, warnings, guard = output["timings_ms"], output["warnings"], {}
     metadata: dict = {

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rag_pipeline.errors import InputError
 from rag_pipeline.evaluate.metrics import dedupe_ranking, evaluate_run, summarise
 from rag_pipeline.retrieve.retriever import Retriever
 
@@ -52,7 +53,7 @@ def load_beir(directory: str | Path, split: str = "test") -> BeirDataset:
         if number == 1 and parts[0] == "query-id" or not line.strip():
             continue
         if len(parts) != 3:
-            raise ValueError(f"{directory}/qrels/{split}.tsv line {number}: expected 3 tab-separated fields")
+            raise InputError(f"{directory}/qrels/{split}.tsv line {number}: expected 3 tab-separated fields")
         qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
     queries = {}
     with (directory / "queries.jsonl").open() as handle:

@@ -12,11 +12,13 @@ from typing import Literal
 
 import yaml
 
+from rag_pipeline.errors import ConfigError
+
 Kind = Literal["semantic", "aggregation", "out_of_scope"]
 KINDS = ("semantic", "aggregation", "out_of_scope")
 
 
-class GoldenSetError(ValueError):
+class GoldenSetError(ConfigError):
     """The golden file is malformed; the message lists every problem."""
 
 

@@ -9,13 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rag_pipeline.answer import Answerer
-from rag_pipeline.chunking import chunk_id
 from rag_pipeline.evaluate.answers import abstained, citation_scores, contains, exact_match, token_f1
 from rag_pipeline.evaluate.golden import GoldenQuestion, GoldenSet, matches
 from rag_pipeline.evaluate.judge import Judge
 from rag_pipeline.evaluate.metrics import dedupe_ranking, evaluate_run, mean_scores, slice_by, summarise
+from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.index.vector_store import Hit
+from rag_pipeline.ingest.chunk import chunk_id
 
 Granularity = Literal["file", "chunk"]
 

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 import yaml
 
-from rag_pipeline.answer import Answerer, GuardrailSettings
+from rag_pipeline.errors import ConfigError
+from rag_pipeline.generate.answerer import Answerer, GuardrailSettings
 from rag_pipeline.generate.guardrails import reveal_hidden
 from rag_pipeline.generate.result import Answer
 
@@ -49,20 +50,20 @@ def load_cases(path: Path) -> list[Case]:
         name = entry.get("id", f"#{index + 1}")
         missing = [key for key in ("id", "kind", "style", "file", "question", "answer_contains") if not entry.get(key)]
         if missing:
-            raise ValueError(f"{path}: case {name} lacks {', '.join(missing)}")
+            raise ConfigError(f"{path}: case {name} lacks {', '.join(missing)}")
         if entry["kind"] not in ("attack", "benign"):
-            raise ValueError(f"{path}: case {name} has unknown kind {entry['kind']!r} (attack | benign)")
+            raise ConfigError(f"{path}: case {name} has unknown kind {entry['kind']!r} (attack | benign)")
         if entry["kind"] == "attack" and not entry.get("canary"):
-            raise ValueError(f"{path}: attack case {name} lacks a canary")
+            raise ConfigError(f"{path}: attack case {name} lacks a canary")
         if name in seen:
-            raise ValueError(f"{path}: duplicate case id {name}")
+            raise ConfigError(f"{path}: duplicate case id {name}")
         if not (path.parent / entry["file"]).is_file():
-            raise ValueError(f"{path}: case {name}: file {entry['file']} not found")
+            raise ConfigError(f"{path}: case {name}: file {entry['file']} not found")
         seen.add(name)
         cases.append(Case(entry["id"], entry["kind"], entry["style"], entry["file"], entry["question"],
                           str(entry["answer_contains"]), entry.get("canary")))
     if not cases:
-        raise ValueError(f"{path}: no cases")
+        raise ConfigError(f"{path}: no cases")
     return cases
 
 

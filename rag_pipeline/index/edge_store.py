@@ -1,7 +1,7 @@
 """Embedded vector store: a qdrant-edge shard on disk, Qdrant's engine in-process with no server.
 
 A shard can be open in one process only. An exclusive lock file next to the shard turns a second process's
-attempt into a clear `VectorStoreLocked` error; within a process, every opener of a path shares one store,
+attempt into a clear `StoreLocked` error; within a process, every opener of a path shares one store,
 which closes when the last of them closes it.
 """
 
@@ -17,29 +17,11 @@ from typing import Any
 
 import qdrant_edge as qe
 
-from rag_pipeline.index.vector_store import (
-    BATCH_SIZE,
-    DENSE,
-    KEYWORD_FIELDS,
-    PREFIX_FIELD,
-    SPARSE,
-    TEXT_FIELD,
-    Condition,
-    Filters,
-    FusionMethod,
-    Hit,
-    HnswSettings,
-    IndexedDocument,
-    IndexPoint,
-    SparseVector,
-    VectorStore,
-    VectorStoreLocked,
-    check_fusion,
-    count_point,
-    label_payload,
-    new_index_version,
-    parse_filters,
-    qdrant_rrf_k,
+from rag_pipeline.errors import StoreLocked
+from rag_pipeline.index.vector_store import (  # the collection layout both backends share
+    BATCH_SIZE, DENSE, KEYWORD_FIELDS, PREFIX_FIELD, SPARSE, TEXT_FIELD, Condition, Filters, Hit, HnswSettings,
+    HybridQuery, IndexPoint, IndexedDocument, SparseVector, VectorStore, count_point, label_payload,
+    new_index_version, parse_filters,
 )
 
 FULL_SCAN_THRESHOLD_KB = 10_000  # Qdrant's default: below this size a segment is searched exactly
@@ -126,32 +108,19 @@ class EdgeStore(VectorStore):
         query = qe.Query.Nearest(_sparse(vector), using=SPARSE)
         return self._query(top_k, with_vectors, query=query, filter=_filter(filters))
 
-    def search_hybrid(
-        self,
-        dense: Sequence[float],
-        sparse: SparseVector,
-        top_k: int = 10,
-        filters: Filters | None = None,
-        prefetch: int = 50,
-        fusion: FusionMethod = "rrf",
-        rrf_k: int = 60,
-        weights: tuple[float, float] | None = None,
-        *,
-        with_vectors: bool = False,
-    ) -> list[Hit]:
-        leg_weights = check_fusion(fusion, rrf_k, weights)
-        condition = _filter(filters)
+    def _search_hybrid(self, query: HybridQuery) -> list[Hit]:
+        condition = _filter(query.filters)
         prefetches = [
             qe.Prefetch(
-                prefetch,
-                query=qe.Query.Nearest(list(dense), using=DENSE),
+                query.prefetch,
+                query=qe.Query.Nearest(list(query.dense), using=DENSE),
                 params=self._search_params,
                 filter=condition,
             ),
-            qe.Prefetch(prefetch, query=qe.Query.Nearest(_sparse(sparse), using=SPARSE), filter=condition),
+            qe.Prefetch(query.prefetch, query=qe.Query.Nearest(_sparse(query.sparse), using=SPARSE), filter=condition),
         ]
-        query = qe.Fusion.Rrf(k=qdrant_rrf_k(rrf_k), weights=leg_weights) if fusion == "rrf" else qe.Fusion.Dbsf()
-        return self._query(top_k, with_vectors, query=query, prefetches=prefetches)
+        fusion = qe.Fusion.Rrf(k=query.rrf_k, weights=query.weights) if query.fusion == "rrf" else qe.Fusion.Dbsf()
+        return self._query(query.top_k, query.with_vectors, query=fusion, prefetches=prefetches)
 
     def optimize(self) -> None:
         """Run the segment optimizers (merging, HNSW building, vacuum), which qdrant-edge never runs by itself."""
@@ -209,7 +178,7 @@ def _lock(path: Path) -> int:
     except BlockingIOError:
         holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
         os.close(fd)
-        raise VectorStoreLocked(
+        raise StoreLocked(
             f"the embedded vector store {path} is open in {holder}. It allows one process at a time: "
             "stop that process, or use a Qdrant server: set RAG_QDRANT_URL"
         ) from None

@@ -11,28 +11,10 @@ from typing import Any
 
 from qdrant_client import QdrantClient, models
 
-from rag_pipeline.index.vector_store import (
-    BATCH_SIZE,
-    DENSE,
-    KEYWORD_FIELDS,
-    PREFIX_FIELD,
-    SPARSE,
-    TEXT_FIELD,
-    Condition,
-    Filters,
-    FusionMethod,
-    Hit,
-    HnswSettings,
-    IndexedDocument,
-    IndexPoint,
-    SparseVector,
-    VectorStore,
-    check_fusion,
-    count_point,
-    label_payload,
-    new_index_version,
-    parse_filters,
-    qdrant_rrf_k,
+from rag_pipeline.index.vector_store import (  # the collection layout both backends share
+    BATCH_SIZE, DENSE, KEYWORD_FIELDS, PREFIX_FIELD, SPARSE, TEXT_FIELD, Condition, Filters, Hit, HnswSettings,
+    HybridQuery, IndexPoint, IndexedDocument, SparseVector, VectorStore, count_point, label_payload,
+    new_index_version, parse_filters,
 )
 
 TIMEOUT_SECONDS = 60
@@ -155,33 +137,20 @@ class ServerStore(VectorStore):
     ) -> list[Hit]:
         return self._query(top_k, with_vectors, query=_sparse(vector), using=SPARSE, query_filter=_filter(filters))
 
-    def search_hybrid(
-        self,
-        dense: Sequence[float],
-        sparse: SparseVector,
-        top_k: int = 10,
-        filters: Filters | None = None,
-        prefetch: int = 50,
-        fusion: FusionMethod = "rrf",
-        rrf_k: int = 60,
-        weights: tuple[float, float] | None = None,
-        *,
-        with_vectors: bool = False,
-    ) -> list[Hit]:
-        leg_weights = check_fusion(fusion, rrf_k, weights)
-        condition = _filter(filters)
+    def _search_hybrid(self, query: HybridQuery) -> list[Hit]:
+        condition = _filter(query.filters)
         prefetches = [
             models.Prefetch(
-                query=list(dense), using=DENSE, limit=prefetch, filter=condition, params=self._search_params
+                query=list(query.dense), using=DENSE, limit=query.prefetch, filter=condition, params=self._search_params
             ),
-            models.Prefetch(query=_sparse(sparse), using=SPARSE, limit=prefetch, filter=condition),
+            models.Prefetch(query=_sparse(query.sparse), using=SPARSE, limit=query.prefetch, filter=condition),
         ]
-        query: models.RrfQuery | models.FusionQuery
-        if fusion == "rrf":
-            query = models.RrfQuery(rrf=models.Rrf(k=qdrant_rrf_k(rrf_k), weights=leg_weights))
+        fusion: models.RrfQuery | models.FusionQuery
+        if query.fusion == "rrf":
+            fusion = models.RrfQuery(rrf=models.Rrf(k=query.rrf_k, weights=query.weights))
         else:
-            query = models.FusionQuery(fusion=models.Fusion.DBSF)
-        return self._query(top_k, with_vectors, query=query, prefetch=prefetches)
+            fusion = models.FusionQuery(fusion=models.Fusion.DBSF)
+        return self._query(query.top_k, query.with_vectors, query=fusion, prefetch=prefetches)
 
     def optimize(self) -> None:
         """Nothing to do: the server runs its optimizers by itself."""

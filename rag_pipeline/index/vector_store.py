@@ -2,7 +2,7 @@
 
 Two backends implement it with the same collection layout and query semantics: `EdgeStore` (qdrant-edge,
 embedded, on disk under the data dir, one process at a time) and `ServerStore` (qdrant-client against a
-Qdrant server, or its in-process `:memory:` mode).
+Qdrant server, or its in-process `:memory:` mode). This module imports neither; `index.factory` picks one.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal, NamedTuple
+
+from rag_pipeline.errors import ConfigError, InputError
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -98,13 +99,13 @@ def parse_filters(filters: Filters | None) -> list[Condition]:
     conditions = []
     for key, value in (filters or {}).items():
         if key not in FILTER_KEYS:
-            raise ValueError(f"unknown filter field {key!r}; allowed: {', '.join(FILTER_KEYS)}")
+            raise InputError(f"unknown filter field {key!r}; allowed: {', '.join(FILTER_KEYS)}")
         values = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
         if not values or not all(isinstance(item, str) for item in values):
-            raise ValueError(f"filter {key!r} needs a string or a non-empty list of strings, got {value!r}")
+            raise InputError(f"filter {key!r} needs a string or a non-empty list of strings, got {value!r}")
         if key == PATH_PREFIX:
             if len(values) != 1:
-                raise ValueError(f"filter {key!r} takes one prefix, got {value!r}")
+                raise InputError(f"filter {key!r} takes one prefix, got {value!r}")
             conditions.append(Condition(PREFIX_FIELD, "prefix", values))
         else:
             conditions.append(Condition(key, "value" if len(values) == 1 else "any", values))
@@ -119,16 +120,32 @@ def qdrant_rrf_k(rrf_k: int) -> int:
 def check_fusion(fusion: str, rrf_k: int, weights: Sequence[float] | None) -> list[float] | None:
     """Validate hybrid fusion parameters; the leg weights (dense, sparse) as a list, or None."""
     if fusion not in ("rrf", "dbsf"):
-        raise ValueError(f"unknown fusion {fusion!r}; allowed: rrf, dbsf")
+        raise ConfigError(f"unknown fusion {fusion!r}; allowed: rrf, dbsf")
     if fusion == "rrf" and (not isinstance(rrf_k, int) or rrf_k < 1):
-        raise ValueError(f"rrf_k must be a positive integer, got {rrf_k!r}")
+        raise ConfigError(f"rrf_k must be a positive integer, got {rrf_k!r}")
     if weights is None:
         return None
     if fusion != "rrf":
-        raise ValueError("leg weights apply to RRF fusion only (Qdrant's DBSF takes no weights)")
+        raise ConfigError("leg weights apply to RRF fusion only (Qdrant's DBSF takes no weights)")
     if len(weights) != 2 or any(weight <= 0 for weight in weights):
-        raise ValueError(f"weights must be two positive numbers (dense, sparse), got {weights!r}")
+        raise ConfigError(f"weights must be two positive numbers (dense, sparse), got {weights!r}")
     return [float(weight) for weight in weights]
+
+
+@dataclass(frozen=True)
+class HybridQuery:
+    """A validated hybrid search: a dense and a sparse leg of `prefetch` points each (both filtered), fused by
+    `fusion` with Qdrant's RRF constant `rrf_k` and the legs' `weights` (rrf only)."""
+
+    dense: Sequence[float]
+    sparse: SparseVector
+    top_k: int
+    filters: Filters | None
+    prefetch: int
+    fusion: FusionMethod
+    rrf_k: int
+    weights: list[float] | None
+    with_vectors: bool
 
 
 @dataclass(frozen=True)
@@ -136,10 +153,6 @@ class HnswSettings:
     m: int = 16
     ef_construct: int = 100
     ef: int = 128
-
-
-class VectorStoreLocked(RuntimeError):
-    """The embedded store is open in another process."""
 
 
 def new_index_version() -> str:
@@ -199,19 +212,10 @@ class VectorStore(ABC):
     ) -> list[Hit]:
         """Best points by BM25 (query weights times the IDF Qdrant computes)."""
 
-    @abstractmethod
     def search_hybrid(
-        self,
-        dense: Sequence[float],
-        sparse: SparseVector,
-        top_k: int = 10,
-        filters: Filters | None = None,
-        prefetch: int = 50,
-        fusion: FusionMethod = "rrf",
-        rrf_k: int = 60,
-        weights: tuple[float, float] | None = None,
-        *,
-        with_vectors: bool = False,
+        self, dense: Sequence[float], sparse: SparseVector, top_k: int = 10, filters: Filters | None = None,
+        prefetch: int = 50, fusion: FusionMethod = "rrf", rrf_k: int = 60, weights: tuple[float, float] | None = None,
+        *, with_vectors: bool = False,
     ) -> list[Hit]:
         """One query: the best `prefetch` dense and the best `prefetch` sparse points (both legs filtered), fused
         inside Qdrant.
@@ -221,6 +225,13 @@ class VectorStore(ABC):
         1 / (rank / weight + k - 1)), so the backends send k = rrf_k + 1. dbsf: each leg's scores normalised by
         mean ± 3 sample standard deviations, then summed. `weights` (dense, sparse) apply to rrf only.
         """
+        leg_weights = check_fusion(fusion, rrf_k, weights)
+        return self._search_hybrid(HybridQuery(dense, sparse, top_k, filters, prefetch, fusion, qdrant_rrf_k(rrf_k),
+                                               leg_weights, with_vectors))
+
+    @abstractmethod
+    def _search_hybrid(self, query: HybridQuery) -> list[Hit]:
+        """The hybrid search of a validated query, in the backend's API."""
 
     @abstractmethod
     def optimize(self) -> None:
@@ -242,34 +253,3 @@ class VectorStore(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the store."""
-
-
-def open_vector_store(
-    *,
-    data_dir: Path,
-    model_id: str,
-    dimension: int,
-    qdrant_url: str | None = None,
-    qdrant_api_key: str | None = None,
-    hnsw: HnswSettings = HnswSettings(),
-    location: str | None = None,
-    collection: str | None = None,
-) -> VectorStore:
-    """The server store when a Qdrant URL or client location (":memory:") is given, else the embedded store.
-
-    qdrant_url=":memory:" selects one process-wide in-memory client (the server code path, in-process).
-    `collection` overrides the name derived from the model (for a second collection such as the query cache).
-    """
-    collection = collection or collection_name(model_id, dimension)
-    if qdrant_url == ":memory:":
-        from rag_pipeline.index.server_store import ServerStore, shared_memory_client
-
-        return ServerStore(shared_memory_client(), collection, dimension, hnsw, owns_client=False)
-    if qdrant_url or location:
-        from rag_pipeline.index.server_store import ServerStore, connect
-
-        client = connect(url=qdrant_url, api_key=qdrant_api_key, location=location)
-        return ServerStore(client, collection, dimension, hnsw)
-    from rag_pipeline.index.edge_store import open_edge_store
-
-    return open_edge_store(data_dir / "qdrant_edge" / collection, collection, dimension, hnsw)

@@ -4,11 +4,6 @@ Pure library code (no Dagster import): the Dagster resource, the HTTP API, the C
 `Retriever`.
 """
 
-from rag_pipeline.retrieve.retriever import (
-    RetrievalResult,
-    RetrievalSettings,
-    Retriever,
-    StoreUnavailable,
-)
+from rag_pipeline.retrieve.retriever import RetrievalResult, RetrievalSettings, Retriever
 
-__all__ = ["RetrievalResult", "RetrievalSettings", "Retriever", "StoreUnavailable"]
+__all__ = ["RetrievalResult", "RetrievalSettings", "Retriever"]

@@ -8,11 +8,13 @@ standard, but only for questions whose best dense score is below a threshold (th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
 
-from rag_pipeline.embed import Embedder
+from rag_pipeline.embedder import Embedder
+from rag_pipeline.errors import ConfigError
 
 HydeMode = Literal["off", "standard", "adaptive", "multi"]
 
@@ -30,20 +32,21 @@ class TextGenerator(Protocol):
     def complete(self, prompt: str, system: str | None = None) -> str: ...
 
 
+@dataclass
 class Hyde:
     """Builds HyDE query vectors with `llm` and `embedder`."""
 
-    def __init__(self, llm: TextGenerator, embedder: Embedder, mode: HydeMode = "standard", documents: int = 3,
-                 adaptive_threshold: float = 0.50) -> None:
-        if mode == "off":
-            raise ValueError("Hyde needs a mode other than 'off'")
-        if documents < 1:
-            raise ValueError(f"HyDE needs at least one hypothetical document, got {documents}")
-        self.llm = llm
-        self.embedder = embedder
-        self.mode = mode
-        self.documents = documents
-        self.adaptive_threshold = adaptive_threshold
+    llm: TextGenerator
+    embedder: Embedder
+    mode: HydeMode = "standard"
+    documents: int = 3
+    adaptive_threshold: float = 0.50
+
+    def __post_init__(self) -> None:
+        if self.mode == "off":
+            raise ConfigError("Hyde needs a mode other than 'off'")
+        if self.documents < 1:
+            raise ConfigError(f"HyDE needs at least one hypothetical document, got {self.documents}")
 
     def wanted(self, top_dense_score: float | None) -> bool:
         """Whether to expand a question: always, except in adaptive mode when the index already scores well."""

@@ -7,10 +7,11 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+from rag_pipeline.errors import ModelUnavailable
 from rag_pipeline.index.vector_store import Hit
 
 
-class RerankerUnavailable(RuntimeError):
+class RerankerUnavailable(ModelUnavailable):
     """The configured reranker model cannot be loaded."""
 
 

@@ -13,11 +13,12 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
-from rag_pipeline.embed import Embedder
+from rag_pipeline.embedder import Embedder
+from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import (
     Filters,
@@ -44,10 +45,6 @@ MODES = ("hybrid", "dense", "sparse", "blend")
 MAX_TOP_K = 1000
 
 
-class StoreUnavailable(RuntimeError):
-    """The vector store cannot be reached."""
-
-
 @dataclass(frozen=True)
 class RetrievalSettings:
     """How to retrieve. Defaults are the production defaults.
@@ -72,16 +69,16 @@ class RetrievalSettings:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"unknown retrieval mode {self.mode!r}; allowed: {', '.join(MODES)}")
+            raise ConfigError(f"unknown retrieval mode {self.mode!r}; allowed: {', '.join(MODES)}")
         check_fusion(self.fusion, self.rrf_k, self.weights)
         if self.prefetch_multiplier < 1 or self.candidate_multiplier < 1:
-            raise ValueError("prefetch_multiplier and candidate_multiplier must be >= 1")
+            raise ConfigError("prefetch_multiplier and candidate_multiplier must be >= 1")
         if not 0.0 <= self.alpha <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+            raise ConfigError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.mmr_lambda is not None and not 0.0 <= self.mmr_lambda <= 1.0:
-            raise ValueError(f"mmr_lambda must be in [0, 1], got {self.mmr_lambda}")
+            raise ConfigError(f"mmr_lambda must be in [0, 1], got {self.mmr_lambda}")
         if self.coverage_margin is not None and self.coverage_margin < 0:
-            raise ValueError(f"coverage_margin must be >= 0, got {self.coverage_margin}")
+            raise ConfigError(f"coverage_margin must be >= 0, got {self.coverage_margin}")
 
 
 @dataclass
@@ -94,6 +91,26 @@ class RetrievalResult:
     cache_hit: bool = False
     reranked: bool = False
     hyde_documents: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """The search result in the CLI/API contract (`search --json`, `POST /search`)."""
+        return {
+            "results": [hit_json(hit) for hit in self.hits],
+            "timings_ms": {stage: round(value, 3) for stage, value in self.timings_ms.items()},
+            "warnings": self.warnings, "mode": self.mode_used, "fragments": self.fragments,
+            "cache_hit": self.cache_hit, "reranked": self.reranked,
+        }
+
+
+def hit_json(hit: Hit) -> dict[str, Any]:
+    """One search result in the CLI/API contract."""
+    payload = hit.payload
+    return {
+        "path": payload.get("path"), "header": payload.get("heading_path", ""),
+        "line_start": payload.get("line_start"), "page": payload.get("page"), "chunk_id": hit.id,
+        "sha": payload.get("sha"), "doc_type": payload.get("doc_type"), "tags": payload.get("tags") or [],
+        "score": hit.score, "text": payload.get("text", ""),
+    }
 
 
 def _connection_error(error: BaseException) -> bool:
@@ -147,7 +164,7 @@ class Retriever:
                  rerank_min_score: float | None = None, cache: SemanticCache | None = None,
                  hyde: Hyde | None = None) -> None:
         if rerank_multiplier < 1:
-            raise ValueError(f"rerank_multiplier must be >= 1, got {rerank_multiplier}")
+            raise ConfigError(f"rerank_multiplier must be >= 1, got {rerank_multiplier}")
         self.store = store
         self.embedder = embedder
         self.settings = settings or RetrievalSettings()
@@ -179,9 +196,9 @@ class Retriever:
         started = time.perf_counter()
         settings = self.settings
         if not query or not query.strip():
-            raise ValueError("the query is empty")
+            raise InputError("the query is empty", code="empty_query")
         if not 1 <= top_k <= MAX_TOP_K:
-            raise ValueError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
+            raise InputError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
         parse_filters(filters)  # fail before any work on an unknown filter field
         query = " ".join(query.split())
         fragments = split_fragments(query) if settings.fragments else [query]

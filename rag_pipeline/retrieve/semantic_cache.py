@@ -12,7 +12,9 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 
+from rag_pipeline.errors import ConfigError
 from rag_pipeline.index.vector_store import Hit, IndexPoint, SparseVector, VectorStore
 
 CACHE_NAMESPACE = uuid.UUID("6f1c8a52-3b1e-4c0e-9a57-2f0d6b3c9e41")
@@ -23,18 +25,20 @@ def cache_collection(chunks_collection: str) -> str:
     return f"{chunks_collection}__query_cache"
 
 
+@dataclass
 class SemanticCache:
     """Past results in `store` (a collection of its own), valid while `index_version()` is unchanged."""
 
-    def __init__(self, store: VectorStore, index_version: Callable[[], str], *, min_cosine: float = 0.90,
-                 ttl_s: float = 24 * 3600, clock: Callable[[], float] = time.time) -> None:
-        if not 0.0 < min_cosine <= 1.0:
-            raise ValueError(f"the cache's min cosine must be in (0, 1], got {min_cosine}")
-        self.store = store
-        self.index_version = index_version
-        self.min_cosine = min_cosine
-        self.ttl_s = ttl_s
-        self.clock = clock
+    store: VectorStore
+    index_version: Callable[[], str]
+    _: KW_ONLY
+    min_cosine: float = 0.90
+    ttl_s: float = 24 * 3600
+    clock: Callable[[], float] = time.time
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.min_cosine <= 1.0:
+            raise ConfigError(f"the cache's min cosine must be in (0, 1], got {self.min_cosine}")
 
     def lookup(self, vector: Sequence[float], signature: str) -> list[Hit] | None:
         """The cached hits of a similar enough, fresh query with this signature, or None."""

@@ -31,11 +31,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from rag_pipeline import components
-from rag_pipeline.answer import Answerer
+from rag_pipeline.errors import StoreUnavailable
+from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.result import Answer
 from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.llm import build_llm
-from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever, StoreUnavailable
+from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
 from rag_pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class IngestJobs:
         return job
 
     def _run(self, job: IngestJob) -> None:
-        from rag_pipeline.serve.ingest import ingest  # imports Dagster: only when an ingest is asked for
+        from rag_pipeline.defs.runner import ingest  # imports Dagster: only when an ingest is asked for
 
         try:
             job.summary = ingest(job.roots, self.data_dir)
@@ -155,25 +156,6 @@ def query_arguments(body: dict[str, Any], text_field: str, default_top_k: int) -
     return text, top_k, filters or None
 
 
-def result_json(hit_payload: dict[str, Any], chunk_id: str, score: float) -> dict[str, Any]:
-    """One search result in the CLI/API contract."""
-    return {
-        "path": hit_payload.get("path"), "header": hit_payload.get("heading_path", ""),
-        "line_start": hit_payload.get("line_start"), "page": hit_payload.get("page"), "chunk_id": chunk_id,
-        "sha": hit_payload.get("sha"), "doc_type": hit_payload.get("doc_type"), "tags": hit_payload.get("tags") or [],
-        "score": score, "text": hit_payload.get("text", ""),
-    }
-
-
-def search_json(result: RetrievalResult) -> dict[str, Any]:
-    return {
-        "results": [result_json(hit.payload, hit.id, hit.score) for hit in result.hits],
-        "timings_ms": {stage: round(value, 3) for stage, value in result.timings_ms.items()},
-        "warnings": result.warnings, "mode": result.mode_used, "fragments": result.fragments,
-        "cache_hit": result.cache_hit, "reranked": result.reranked,
-    }
-
-
 def sse(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
@@ -212,7 +194,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         query, top_k, filters = query_arguments(body, "query", settings.top_k)
         result = await run_in_threadpool(state["retriever"].search, query, top_k, filters)
         metrics.observe_retrieval(result, state["retriever"].cache is not None)
-        return JSONResponse(search_json(result))
+        return JSONResponse(result.to_json())
 
     async def ask(request: Request) -> Response:
         body = await read_body(request, {"question", "top_k", "filters"})

@@ -8,8 +8,16 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rag_pipeline.errors import ConfigError, IngestFailed, InputError, RagError, Unavailable
+from rag_pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from rag_pipeline.retrieve.retriever import Retriever
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,11 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", parents=[common],
                                  help="discover, diff by SHA and materialise the affected shards through Dagster")
     ingest.add_argument("roots", nargs="+", help="folders of documents")
+    ingest.set_defaults(run=run_ingest)
 
     manifest = commands.add_parser("manifest", parents=[common],
                                    help="dry run: every file under the roots with included/refused/excluded and why, "
                                         "plus coverage, before anything is converted")
     manifest.add_argument("roots", nargs="+", help="folders of documents")
+    manifest.set_defaults(run=run_manifest)
 
     query = argparse.ArgumentParser(add_help=False)
     query.add_argument("--top-k", type=int, default=None, help="number of passages (default: $RAG_TOP_K, else 5)")
@@ -35,14 +45,20 @@ def build_parser() -> argparse.ArgumentParser:
                             "tags, path_prefix (a key given twice matches any of its values)")
     search = commands.add_parser("search", parents=[common, query], help="hybrid search of the index")
     search.add_argument("query")
+    search.set_defaults(run=run_search)
     ask = commands.add_parser("ask", parents=[common, query], help="answer a question with cited sources")
     ask.add_argument("question")
+    ask.set_defaults(run=run_ask)
     evaluate = commands.add_parser("eval", parents=[common], help="retrieval and answer metrics on a golden set")
     evaluate.add_argument("--golden", default=None, help="golden YAML (default: $RAG_EVAL_GOLDEN_PATH, else "
                                                          "golden/sample_golden.yaml)")
     evaluate.add_argument("--top-k", type=int, default=10)
     evaluate.add_argument("--granularity", choices=("file", "chunk"), default="file")
     evaluate.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
+    evaluate.add_argument("--gate", action="store_true",
+                          help="exit 1 unless Recall@5 and NDCG@10 pass the quality gate (the floors RAG_EVAL_MIN_*, "
+                               "and at most RAG_EVAL_MAX_DROP below the latest recorded evaluation of the set)")
+    evaluate.set_defaults(run=run_eval)
     beir = commands.add_parser("beir", parents=[common],
                                help="ingest a BEIR dataset into its own data dir and score every retrieval mode")
     beir.add_argument("dataset_dir")
@@ -51,21 +67,25 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated: dense, sparse, hybrid, hybrid-dbsf, blend (hybrid-rerank is added when "
                            "RAG_RERANK_MODEL_PATH is set)")
     beir.add_argument("--depth", type=int, default=300, help="chunks retrieved per query")
+    beir.set_defaults(run=run_beir)
     guard = commands.add_parser("guard-eval", parents=[common],
                                 help="ingest the prompt-injection corpus into its own data dir and report attack "
                                      "success and false-positive rates per guardrail layer")
     guard.add_argument("--cases", default=str(Path(__file__).resolve().parents[2] / "golden" / "attacks" /
                                               "cases.yaml"), help="cases.yaml of the attack corpus")
     guard.add_argument("--top-k", type=int, default=5)
+    guard.set_defaults(run=run_guard_eval)
     inspect = commands.add_parser("inspect",
                                   help="documents, chunks, failures, redactions and the collection, from the sidecar "
                                        "and the store")
     from rag_pipeline.serve.inspect import add_arguments
 
     add_arguments(inspect, common)
+    inspect.set_defaults(run=run_inspect)
     serve = commands.add_parser("serve", parents=[common], help="run the HTTP API")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(run=run_serve)
     return parser
 
 
@@ -75,30 +95,71 @@ def parse_filters(items: list[str]) -> dict[str, str | list[str]] | None:
     for item in items:
         key, separator, value = item.partition("=")
         if not separator or not key or not value:
-            raise ValueError(f"--filter takes KEY=VALUE, got {item!r}")
+            raise InputError(f"--filter takes KEY=VALUE, got {item!r}")
         filters.setdefault(key.strip(), []).append(value)
     return {key: values[0] if len(values) == 1 else values for key, values in filters.items()} or None
 
 
-def run_query(args: argparse.Namespace) -> int:
-    """`search` and `ask`: open the configured retriever, run, print (JSON or readable), close."""
-    from rag_pipeline.components import answerer, open_retriever
-    from rag_pipeline.generate.result import Answer
-    from rag_pipeline.serve.api import search_json
-    from rag_pipeline.settings import Settings
+def check_roots(roots: list[str]) -> None:
+    missing = [root for root in roots if not Path(root).is_dir()]
+    if missing:
+        raise InputError(f"not a directory: {', '.join(missing)}")
+
+
+def run_ingest(args: argparse.Namespace) -> int:
+    """Discover, diff by SHA and materialise the changed shards through Dagster in this process."""
+    from rag_pipeline.defs.runner import ingest
+
+    check_roots(args.roots)
+    summary = ingest(args.roots, args.data_dir, progress=True)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print_ingest_summary(summary, args.data_dir)
+    return 0
+
+
+def run_manifest(args: argparse.Namespace) -> int:
+    """The dry run: every file under the roots, included or not and why, before anything is converted."""
+    from rag_pipeline.ingest.manifest import configured_report, format_report
+
+    check_roots(args.roots)
+    report = configured_report(Settings(data_dir=args.data_dir), args.roots)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
+
+
+@contextmanager
+def opened_retriever(args: argparse.Namespace) -> Iterator[tuple[Settings, Retriever, int]]:
+    """(settings, the configured retriever, top_k) for `search` and `ask`; the retriever is closed on exit."""
+    from rag_pipeline.components import open_retriever
 
     settings = Settings(data_dir=args.data_dir)
-    top_k = args.top_k if args.top_k is not None else settings.top_k
     retriever = open_retriever(settings)
     try:
-        filters = parse_filters(args.filter)
-        if args.command == "search":
-            output = search_json(retriever.search(args.query, top_k=top_k, filters=filters))
-            if args.json:
-                print(json.dumps(output))
-            else:
-                print_search(output)
-            return 0
+        yield settings, retriever, args.top_k if args.top_k is not None else settings.top_k
+    finally:
+        retriever.close()
+
+
+def run_search(args: argparse.Namespace) -> int:
+    filters = parse_filters(args.filter)
+    with opened_retriever(args) as (_, retriever, top_k):
+        output = retriever.search(args.query, top_k=top_k, filters=filters).to_json()
+    if args.json:
+        print(json.dumps(output))
+    else:
+        print_search(output)
+    return 0
+
+
+def run_ask(args: argparse.Namespace) -> int:
+    """Stream the answer's text (readable) or print the final answer object (--json)."""
+    from rag_pipeline.components import answerer
+    from rag_pipeline.generate.result import Answer
+
+    filters = parse_filters(args.filter)
+    with opened_retriever(args) as (settings, retriever, top_k):
         for item in answerer(settings, retriever).stream(args.question, top_k=top_k, filters=filters):
             if isinstance(item, Answer):
                 if args.json:
@@ -107,39 +168,37 @@ def run_query(args: argparse.Namespace) -> int:
                     print_sources(item)
             elif not args.json:
                 print(item, end="", flush=True)
-        return 0
-    finally:
-        retriever.close()
+    return 0
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from rag_pipeline.evaluate.golden import GoldenSetError
-    from rag_pipeline.evaluate.service import evaluate_index, format_report
-    from rag_pipeline.settings import Settings
+    """Metrics of a golden set on the current index; with --gate, exit 1 when the quality gate fails."""
+    from rag_pipeline.evaluate.gate import previous_metrics, quality_gate
+    from rag_pipeline.evaluate.service import evaluate_index, format_report, headline
 
-    try:
-        report = evaluate_index(Settings(data_dir=args.data_dir), args.golden, top_k=args.top_k,
-                                granularity=args.granularity, with_answers=not args.no_answers)
-    except GoldenSetError as error:
-        print(f"rag-pipeline: {error}", file=sys.stderr)
-        return 2
+    settings = Settings(data_dir=args.data_dir)
+    report = evaluate_index(settings, args.golden, top_k=args.top_k, granularity=args.granularity,
+                            with_answers=not args.no_answers)
+    gate = quality_gate(headline(report), previous_metrics(settings, report["golden"]), settings) if args.gate else None
+    if gate is not None:
+        report["gate"] = {"passed": gate.passed, "details": gate.details}
     print(json.dumps(report) if args.json else format_report(report))
-    return 0
+    if gate is not None and not args.json:
+        print(f"\nquality gate: {'passed' if gate.passed else 'FAILED'}: {gate.details}")
+    return 1 if gate is not None and not gate.passed else 0
 
 
 def run_beir(args: argparse.Namespace) -> int:
     """Write the corpus as files under <data dir>/beir/<name>/corpus, ingest it into <data dir>/beir/<name>/data
     (its own collection and sidecar), then score each retrieval mode on the split's queries."""
     from rag_pipeline.components import open_retriever
+    from rag_pipeline.defs.runner import ingest
     from rag_pipeline.evaluate.beir import evaluate_modes, format_table, load_beir, write_corpus
-    from rag_pipeline.serve.ingest import ingest
-    from rag_pipeline.settings import Settings
 
     try:
         dataset = load_beir(args.dataset_dir, args.split)
-    except (OSError, ValueError) as error:
-        print(f"rag-pipeline: {error}", file=sys.stderr)
-        return 2
+    except OSError as error:
+        raise InputError(str(error)) from error
     work = Path(args.data_dir) / "beir" / dataset.name
     documents = write_corpus(dataset, work / "corpus")
     summary = ingest([work / "corpus"], work / "data", progress=not args.json)
@@ -151,8 +210,7 @@ def run_beir(args: argparse.Namespace) -> int:
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     unknown = [mode for mode in modes if mode not in variants]
     if unknown:
-        print(f"rag-pipeline: unknown mode(s) {', '.join(unknown)}; allowed: {', '.join(variants)}", file=sys.stderr)
-        return 2
+        raise InputError(f"unknown mode(s) {', '.join(unknown)}; allowed: {', '.join(variants)}")
     if settings.rerank_model_path:
         variants["hybrid-rerank"] = {"retrieval_mode": "hybrid"}
         modes.append("hybrid-rerank")
@@ -173,16 +231,14 @@ def run_beir(args: argparse.Namespace) -> int:
 def run_guard_eval(args: argparse.Namespace) -> int:
     """Ingest the attack corpus into <data dir>/guard_eval (its own collection and sidecar), run the ablation."""
     from rag_pipeline.components import answerer, open_retriever
+    from rag_pipeline.defs.runner import ingest
     from rag_pipeline.generate.guard_eval import evaluate, format_table, load_cases
-    from rag_pipeline.serve.ingest import ingest
-    from rag_pipeline.settings import Settings
 
     cases_path = Path(args.cases)
     try:
         cases = load_cases(cases_path)
-    except (OSError, ValueError) as error:
-        print(f"rag-pipeline: {error}", file=sys.stderr)
-        return 2
+    except OSError as error:
+        raise InputError(f"{cases_path}: {error.strerror or error}") from error
     data_dir = Path(args.data_dir) / "guard_eval"
     summary = ingest([cases_path.parent / "docs"], data_dir, progress=not args.json)
     if summary["failed"]:
@@ -221,11 +277,11 @@ def print_sources(answer: Any) -> None:
 
 def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
     from rag_pipeline.index.sidecar import Sidecar
-    from rag_pipeline.settings import Settings
 
     print(f"{'type':6} {'documents':>9} {'failed':>6} {'chunks':>7} {'redactions':>10}")
     for row in Sidecar(Settings(data_dir=data_dir).sidecar_path).totals_by_type():
-        print(f"{row['doc_type']:6} {row['documents']:>9} {row['failed']:>6} {row['chunks']:>7} {row['redactions']:>10}")
+        print(f"{row['doc_type']:6} {row['documents']:>9} {row['failed']:>6} {row['chunks']:>7} "
+              f"{row['redactions']:>10}")
     print(f"added {summary['added']}, unchanged {summary['unchanged']}, moved {summary['moved']}, "
           f"retagged {summary['retagged']}, purged {summary['purged']}, chunks written {summary['chunks']}, "
           f"failed {len(summary['failed'])} in {summary['seconds']:.1f} s")
@@ -233,71 +289,40 @@ def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
         print(f"  failed: {failure['path']}: {failure['error']}")
 
 
+def run_inspect(args: argparse.Namespace) -> int:
+    from rag_pipeline.serve.inspect import format_rows, inspect
+
+    rows, title = inspect(Settings(data_dir=args.data_dir), args)
+    print(json.dumps(rows, default=str) if args.json else format_rows(rows, title))
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from rag_pipeline.serve.api import serve
+
+    serve(Settings(data_dir=args.data_dir), host=args.host, port=args.port)
+    return 0
+
+
+# A deliberate error's exit code: 2 for bad input or configuration (fix the call), 1 for the rest. The most
+# specific class of the error's MRO that is listed here wins.
+EXIT_CODES: dict[type[RagError], int] = {RagError: 1, InputError: 2, ConfigError: 2, Unavailable: 1, IngestFailed: 1}
+
+
+def exit_code(error: RagError) -> int:
+    return next(EXIT_CODES[kind] for kind in type(error).__mro__ if kind in EXIT_CODES)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no model-loading bars in the output
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     warnings.filterwarnings("ignore", message=".*is currently in beta")
-    missing = [root for root in getattr(args, "roots", []) if not Path(root).is_dir()]  # ingest, manifest
-    if missing:
-        print(f"rag-pipeline: not a directory: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    if args.command == "ingest":
-        from rag_pipeline.serve.ingest import IngestFailed, ingest
-
-        try:
-            summary = ingest(args.roots, args.data_dir, progress=True)
-        except IngestFailed as exc:
-            print(f"rag-pipeline: ingest failed: {exc}", file=sys.stderr)
-            return 1
-        if args.json:
-            print(json.dumps(summary))
-        else:
-            print_ingest_summary(summary, args.data_dir)
-    elif args.command == "manifest":
-        from rag_pipeline.corpus_rules import configured_rules
-        from rag_pipeline.manifest_report import format_report, manifest_report
-        from rag_pipeline.settings import Settings
-        from rag_pipeline.sources import discover
-
-        settings = Settings(data_dir=args.data_dir)
-        try:
-            rules = configured_rules(settings.corpus_rules)
-        except ValueError as error:
-            print(f"rag-pipeline: {error}", file=sys.stderr)
-            return 2
-        found = discover(args.roots, ignore=settings.ignore, extensions=settings.extensions,
-                         max_file_bytes=settings.max_file_bytes, rules=rules)
-        report = manifest_report(found, args.roots, pii_policy=settings.pii_policy,
-                                 role_email_prefixes=settings.role_email_prefixes, rules=rules)
-        print(json.dumps(report) if args.json else format_report(report))
-    elif args.command in ("search", "ask"):
-        from rag_pipeline.retrieve.retriever import StoreUnavailable
-
-        try:
-            return run_query(args)
-        except (ValueError, StoreUnavailable, RuntimeError) as error:
-            print(f"rag-pipeline: {error}", file=sys.stderr)
-            return 2 if isinstance(error, ValueError) else 1
-    elif args.command == "eval":
-        return run_eval(args)
-    elif args.command == "beir":
-        return run_beir(args)
-    elif args.command == "guard-eval":
-        return run_guard_eval(args)
-    elif args.command == "inspect":
-        from rag_pipeline.serve.inspect import format_rows, inspect
-        from rag_pipeline.settings import Settings
-
-        try:
-            rows, title = inspect(Settings(data_dir=args.data_dir), args)
-        except LookupError as error:
-            print(f"rag-pipeline: {error.args[0]}", file=sys.stderr)
-            return 2
-        print(json.dumps(rows, default=str) if args.json else format_rows(rows, title))
-    elif args.command == "serve":
-        from rag_pipeline.serve.api import serve
-        from rag_pipeline.settings import Settings
-
-        serve(Settings(data_dir=args.data_dir), host=args.host, port=args.port)
-    return 0
+    try:
+        return args.run(args)
+    except RagError as error:
+        prefix = "ingest failed: " if isinstance(error, IngestFailed) else ""
+        print(f"rag-pipeline: {prefix}{error}", file=sys.stderr)
+        if args.json:  # one JSON object on stdout, even for an error
+            print(json.dumps({"error": {"code": error.code, "message": str(error)}}))
+        return exit_code(error)

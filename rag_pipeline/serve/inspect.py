@@ -13,9 +13,10 @@ import argparse
 from typing import Any
 
 from rag_pipeline import components
+from rag_pipeline.errors import NotFound
 from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.settings import Settings
-from rag_pipeline.sync import read_chunks
 
 TEXT_PREVIEW = 80
 
@@ -37,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentPars
 
 
 def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str, Any]] | dict[str, Any], str]:
-    """(rows or an object, a title) for the chosen view; LookupError when a document is not found."""
+    """(rows or an object, a title) for the chosen view; NotFound when a document is not found."""
     sidecar = Sidecar(settings.sidecar_path)
     if args.view == "documents":
         return documents(sidecar, args.status, args.doc_type, args.path, args.limit, tag=args.tag), "documents"
@@ -78,7 +79,7 @@ def find_document(sidecar: Sidecar, key: str) -> tuple[str, dict[str, Any]]:
     found = {sha: row for sha, row in sidecar.documents().items()
              if sha.startswith(key) or any(path == key or path.endswith("/" + key.lstrip("/")) for path in row["paths"])}
     if len(found) != 1:
-        raise LookupError(f"{'no' if not found else str(len(found))} documents match {key!r}"
+        raise NotFound(f"{'no' if not found else str(len(found))} documents match {key!r}"
                           + ("; give a longer path or sha" if found else ""))
     return next(iter(found.items()))
 

@@ -11,13 +11,21 @@ from __future__ import annotations
 
 import codecs
 import re
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 import pypdfium2
+from tqdm import tqdm
 
-from rag_pipeline.pdf_layout import pages_to_markdown
+from rag_pipeline.errors import ConfigError, InputError
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.artifacts import ArtifactStore
+from rag_pipeline.ingest.pdf_layout import pages_to_markdown
+from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:  # docling takes seconds to import: it is imported when the first converter is built
     from docling.datamodel.document import ConversionResult
@@ -46,7 +54,7 @@ class ConvertedDocument:
     converter: str  # "text", "docling", "docling-native-pdf", "docling-layout-model" or "pypdfium2-fallback"
 
 
-class ConversionError(Exception):
+class ConversionError(InputError):
     """Raised with a clear human reason (e.g. 'not a valid PDF: ...', 'no text could be extracted')."""
 
 
@@ -55,7 +63,7 @@ class DocumentConverter:
 
     def __init__(self, pdf_pipeline: PdfPipeline = "native") -> None:
         if pdf_pipeline not in ("native", "layout_model"):
-            raise ValueError(f"unknown PDF pipeline {pdf_pipeline!r}: use 'native' or 'layout_model'")
+            raise ConfigError(f"unknown PDF pipeline {pdf_pipeline!r}: use 'native' or 'layout_model'")
         self.pdf_pipeline = pdf_pipeline
         self._docling_converter: DoclingConverter | None = None
 
@@ -244,12 +252,13 @@ def _finish(
         markdown=markdown,
         line_pages=[page for _, page in kept] if pages is not None else None,
         page_count=page_count,
-        title=_first_heading(markdown) if find_title else None,
+        title=first_heading(markdown) if find_title else None,
         converter=converter,
     )
 
 
-def _first_heading(markdown: str) -> str | None:
+def first_heading(markdown: str) -> str | None:
+    """The text of the first ATX heading outside code fences, or None."""
     in_fence = False
     for line in markdown.split("\n"):
         if _FENCE.match(line):
@@ -257,3 +266,56 @@ def _first_heading(markdown: str) -> str | None:
         elif not in_fence and (match := _HEADING.match(line)):
             return match.group(1)
     return None
+
+
+def sync_markdown(
+    settings: Settings, converter: DocumentConverter, shards: Iterable[str], sidecar: Sidecar,
+    *, progress: bool = False,
+) -> StageReport:
+    """Convert every new raw document to Markdown; failures are recorded (<sha>.error.json) and not retried."""
+    started = time.perf_counter()
+    report = StageReport("markdown", sorted(shards))
+    raw, markdown = stores(settings)["raw"], stores(settings)["markdown"]
+    todo = reconcile(report, raw.shas, markdown.shas, markdown)
+    known = sidecar.documents_by_sha([sha for _, sha in todo])
+    rows = []
+    for shard, sha in tqdm(todo, desc="convert", unit="doc", disable=not progress or not todo):
+        row = known.get(sha)
+        doc_type = row["doc_type"] if row else next((raw.dir / shard).glob(f"{sha}.*")).suffix[1:]
+        path = describe(row, sha)
+        begin = time.perf_counter()
+        try:
+            converted = converter.convert(raw.path(shard, sha, doc_type), doc_type)
+        except Exception as exc:  # one bad document never stops the others
+            reason = str(exc) if isinstance(exc, ConversionError) else f"{type(exc).__name__}: {exc}"
+            markdown.write_json(shard, sha, "error.json", {"path": path, "error": reason})
+            report.failed[sha] = f"{path}: {reason}"
+            rows.append({"sha": sha, "status": "failed", "stage": "markdown", "error": reason})
+            continue
+        elapsed_ms = (time.perf_counter() - begin) * 1000
+        markdown.write_json(shard, sha, "json", {
+            "line_pages": converted.line_pages, "page_count": converted.page_count,
+            "title": converted.title, "converter": converted.converter,
+        })
+        markdown.write_text(shard, sha, "md", converted.markdown)
+        report.added.append(sha)
+        rows.append({"sha": sha, "stage": "markdown", "converter": converted.converter,
+                     "pages": converted.page_count, "chars": len(converted.markdown), "title": converted.title,
+                     "first_heading": first_heading(converted.markdown), "convert_ms": elapsed_ms})
+    sidecar.upsert(rows)
+    report.check_failures = unconverted(raw, markdown, report.shards)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def unconverted(raw: ArtifactStore, markdown: ArtifactStore, shards: list[str]) -> list[str]:
+    """Documents of the shards with neither non-empty Markdown nor a recorded failure."""
+    missing = []
+    for shard in shards:
+        for sha in sorted(raw.shas(shard)):
+            converted = markdown.path(shard, sha, "md")
+            failed = markdown.exists(shard, sha, "error.json")
+            if not failed and (not converted.is_file() or converted.stat().st_size == 0):
+                missing.append(f"{sha}: no Markdown and no recorded failure")
+    return missing
+

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import unicodedata
 import uuid
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from itertools import pairwise
 from typing import Literal
+
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.settings import Settings
 
 CHUNK_NAMESPACE = uuid.UUID("e8915025-faa4-47e8-a0ec-cd11d5cd4358")
 
@@ -252,3 +258,43 @@ def _is_toc(text: str) -> bool:
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     hits = sum(1 for line in lines if len(line) <= _TOC_LINE_MAX and _TOC_LINE.fullmatch(line))
     return hits >= 3 and 2 * hits > len(lines)
+
+
+def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
+    """Chunk every new redacted document into <sha>.jsonl (one Chunk per line)."""
+    started = time.perf_counter()
+    report = StageReport("chunks", sorted(shards))
+    all_stores = stores(settings)
+    markdown, redacted, chunks = all_stores["markdown"], all_stores["redacted"], all_stores["chunks"]
+    todo = reconcile(report, lambda shard: redacted.shas(shard, "md"), chunks.shas, chunks)
+    known = sidecar.documents_by_sha([sha for _, sha in todo])
+    limit = settings.chunk_size + settings.chunk_overlap
+    rows = []
+    for shard, sha in todo:
+        begin = time.perf_counter()
+        pieces = chunk_document(
+            sha, redacted.read_text(shard, sha, "md"),
+            line_pages=markdown.read_json(shard, sha, "json")["line_pages"],
+            chunker=settings.chunker, chunk_size=settings.chunk_size,
+            chunk_overlap=settings.chunk_overlap, sentence_window=settings.sentence_window,
+        )
+        elapsed_ms = (time.perf_counter() - begin) * 1000
+        path = describe(known.get(sha), sha)
+        oversized = [chunk.chunk_index for chunk in pieces if len(chunk.text) > limit]
+        if oversized:
+            report.check_failures.append(f"{path}: chunks {oversized} exceed {limit} characters")
+        chunks.write_text(shard, sha, "jsonl", "".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n"
+                                                         for c in pieces))
+        report.added.append(sha)
+        report.chunks += len(pieces)
+        rows.append({"sha": sha, "stage": "chunks", "status": "ok", "chunks": len(pieces), "chunk_ms": elapsed_ms})
+    sidecar.upsert(rows)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def read_chunks(settings: Settings, shard: str, sha: str) -> list[Chunk]:
+    store = stores(settings)["chunks"]
+    lines = store.read_text(shard, sha, "jsonl").split("\n")
+    return [Chunk.from_dict(json.loads(line)) for line in lines if line]
+

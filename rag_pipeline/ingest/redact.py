@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-DEFAULT_ROLE_EMAIL_PREFIXES: tuple[str, ...] = (
-    "support", "info", "help", "contact", "sales", "admin", "noreply", "no-reply",
-    "hello", "office", "team", "press", "security", "webmaster", "privacy", "billing",
-)
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
 
 
 @dataclass(frozen=True)
@@ -298,3 +298,32 @@ def redact(
 def find_secrets(text: str) -> list[tuple[str, str]]:
     """(kind, matched text) for every secret still present; [] on the output of redact()."""
     return [(rule.kind, text[start:end]) for start, end, rule in _spans(text) if not rule.pii]
+
+
+def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
+    """Redact secrets and PII from every new Markdown document; counts per kind go to <sha>.json."""
+    started = time.perf_counter()
+    report = StageReport("redacted", sorted(shards))
+    markdown, redacted = stores(settings)["markdown"], stores(settings)["redacted"]
+    todo = reconcile(report, lambda shard: markdown.shas(shard, "md"), redacted.shas, redacted)
+    known = sidecar.documents_by_sha([sha for _, sha in todo])
+    rows = []
+    for shard, sha in todo:
+        begin = time.perf_counter()
+        result = redact(markdown.read_text(shard, sha, "md"), pii_policy=settings.pii_policy,
+                        role_email_prefixes=settings.role_email_prefixes)
+        elapsed_ms = (time.perf_counter() - begin) * 1000
+        leaks = find_secrets(result.text)
+        path = describe(known.get(sha), sha)
+        if leaks:
+            report.check_failures.append(f"{path}: {len(leaks)} secret(s) survived redaction "
+                                         f"({', '.join(sorted({kind for kind, _ in leaks}))})")
+        redacted.write_json(shard, sha, "json", {"counts": result.counts})
+        redacted.write_text(shard, sha, "md", result.text)
+        report.added.append(sha)
+        total = sum(result.counts.values())
+        rows.append({"sha": sha, "stage": "redacted", "redactions": total, "redact_ms": elapsed_ms})
+    sidecar.upsert(rows)
+    report.seconds = time.perf_counter() - started
+    return report
+

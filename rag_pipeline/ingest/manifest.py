@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.corpus_rules import CorpusRules
-from rag_pipeline.redact import DEFAULT_ROLE_EMAIL_PREFIXES, redact
-from rag_pipeline.sources import TEXT_TYPES, Manifest, ignoring_pattern
+from rag_pipeline.ingest.discover import TEXT_TYPES, Manifest, discover_configured
+from rag_pipeline.ingest.redact import redact
+from rag_pipeline.ingest.rules import CorpusRules, configured_rules, ignoring_pattern
+from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
 
 LARGEST = 10
 
@@ -76,6 +77,7 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
         "by_folder": dict(sorted(by_folder.items())),
         "by_tag": dict(sorted(by_tag.items())),
         "untagged": sum(1 for f in manifest.files if not f.tags),
+        "tag_patterns": len(rules.tags) if rules else 0,
         "unmatched_tag_patterns": unmatched,
         "largest": [{"path": f.path, "bytes": f.size} for f in largest],
         "empty": [e.path for e in manifest.errors if e.reason == "empty file"],
@@ -84,6 +86,14 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
                           "after conversion, during ingest",
         "files": files,
     }
+
+
+def configured_report(settings: Settings, roots: Sequence[str | Path] | None = None) -> dict[str, Any]:
+    """The report of `roots` (default: the configured roots) under the configured rules and redaction policy."""
+    roots = settings.roots if roots is None else roots
+    return manifest_report(discover_configured(settings, roots), [str(root) for root in roots],
+                           pii_policy=settings.pii_policy, role_email_prefixes=settings.role_email_prefixes,
+                           rules=configured_rules(settings.corpus_rules))
 
 
 def coverage_lines(coverage: dict[str, dict[str, int]], width: int) -> list[str]:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
+import json
 import os
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from rag_pipeline.corpus_rules import CorpusRules
+from rag_pipeline.errors import InputError
+from rag_pipeline.ingest.rules import CorpusRules, configured_rules, ignoring_pattern
+from rag_pipeline.settings import DOC_TYPES, Settings
 
-# Extension -> normalised document type.
-DOC_TYPES: dict[str, str] = {
-    "md": "md", "markdown": "md", "txt": "txt", "pdf": "pdf",
-    "docx": "docx", "html": "html", "htm": "html", "pptx": "pptx",
-}
 TEXT_TYPES = frozenset({"md", "txt", "html"})
 SNIFF_BYTES = 64 * 1024
 
@@ -73,27 +68,8 @@ def document_tags(sources: Iterable[SourceFile]) -> list[str]:
 HashCache = dict[str, tuple[int, int, str]]
 
 
-class RefusedFile(Exception):
+class RefusedFile(InputError):
     """Raised while inspecting a file that must not be ingested."""
-
-
-def ignoring_pattern(rel_path: str, patterns: Sequence[str]) -> str | None:
-    """The first pattern that matches the root-relative POSIX path, or None. Glob match; "dir/**" also matches
-    dir itself and all below it, and "**/x" also matches x at the top."""
-    for pattern in patterns:
-        if fnmatch.fnmatchcase(rel_path, pattern):
-            return pattern
-        if pattern.startswith("**/") and fnmatch.fnmatchcase(rel_path, pattern[3:]):
-            return pattern
-        if pattern.endswith("/**"):
-            prefix = pattern[:-3]
-            if "*" not in prefix and "?" not in prefix and (rel_path == prefix or rel_path.startswith(prefix + "/")):
-                return pattern
-    return None
-
-
-def is_ignored(rel_path: str, patterns: Sequence[str]) -> bool:
-    return ignoring_pattern(rel_path, patterns) is not None
 
 
 def sha256_file(path: Path) -> str:
@@ -270,4 +246,21 @@ def discover(
             if rules is not None and rules.tags:
                 source = replace(source, tags=rules.tags_for(source.relative_path))
             manifest.files.append(source)
+    return manifest
+
+
+def discover_configured(settings: Settings, roots: Sequence[str | Path] | None = None) -> Manifest:
+    """Discover `roots` (default: the configured roots) under the configured ignore patterns, extensions, size
+    limit and corpus rules, re-hashing only files whose size or mtime changed since the last scan (the hash
+    cache in the data dir). The CLI's ingest and manifest, the Dagster assets and the sensor all call this."""
+    cache_path = settings.data_dir / "hash_cache.json"
+    cache: HashCache = {}
+    if cache_path.is_file():
+        cache = {path: tuple(entry) for path, entry in json.loads(cache_path.read_text()).items()}
+    manifest = discover(settings.roots if roots is None else roots, ignore=settings.ignore,
+                        extensions=settings.extensions, max_file_bytes=settings.max_file_bytes, cache=cache,
+                        rules=configured_rules(settings.corpus_rules))
+    live = {str(Path(f.path).resolve()) for f in manifest.files}
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    cache_path.write_text(json.dumps({path: entry for path, entry in cache.items() if path in live}))
     return manifest

@@ -17,6 +17,7 @@ import numpy as np
 import ollama
 
 from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
+from rag_pipeline.errors import ModelUnavailable
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -24,7 +25,7 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 _OLLAMA_PREFIXES = {"nomic-embed-text": ("search_document: ", "search_query: ")}
 
 
-class EmbedderUnavailable(RuntimeError):
+class EmbedderUnavailable(ModelUnavailable):
     """The embedding model cannot be reached or loaded."""
 
 

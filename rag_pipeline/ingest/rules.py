@@ -16,16 +16,39 @@ tags are those of every pattern one of its paths matches; they land in the sidec
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from rag_pipeline.sources import DOC_TYPES, ignoring_pattern
+from rag_pipeline.errors import ConfigError
+from rag_pipeline.settings import DOC_TYPES
 
 KEYS = ("include", "exclude", "types", "min_bytes", "max_bytes", "tags")
 TAG = re.compile(r"\w[\w.:/-]*")  # (whole) a word character, then word characters, dots, colons, slashes, dashes
+
+
+def ignoring_pattern(rel_path: str, patterns: Sequence[str]) -> str | None:
+    """The first pattern that matches the root-relative POSIX path, or None. Glob match; "dir/**" also matches
+    dir itself and all below it, and "**/x" also matches x at the top."""
+    for pattern in patterns:
+        if fnmatch.fnmatchcase(rel_path, pattern):
+            return pattern
+        if pattern.startswith("**/") and fnmatch.fnmatchcase(rel_path, pattern[3:]):
+            return pattern
+        if pattern.endswith("/**"):
+            prefix = pattern[:-3]
+            if "*" not in prefix and "?" not in prefix and (rel_path == prefix or rel_path.startswith(prefix + "/")):
+                return pattern
+    return None
+
+
+def is_ignored(rel_path: str, patterns: Sequence[str]) -> bool:
+    return ignoring_pattern(rel_path, patterns) is not None
+
 
 
 @dataclass(frozen=True)
@@ -65,9 +88,9 @@ def load_rules(path: str | Path) -> CorpusRules:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
-        raise ValueError(f"{path}: cannot read the corpus rules: {error}") from error
+        raise ConfigError(f"{path}: cannot read the corpus rules: {error}") from error
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: the corpus rules must be a mapping of {', '.join(KEYS)}")
+        raise ConfigError(f"{path}: the corpus rules must be a mapping of {', '.join(KEYS)}")
     problems = [f"unknown key {key!r} (allowed: {', '.join(KEYS)})" for key in raw if key not in KEYS]
     lists = {}
     for key in ("include", "exclude", "types"):
@@ -88,7 +111,7 @@ def load_rules(path: str | Path) -> CorpusRules:
         bounds[key] = value
     tags = parse_tags(raw.get("tags"), problems)
     if problems:
-        raise ValueError(f"{path}: " + "; ".join(problems))
+        raise ConfigError(f"{path}: " + "; ".join(problems))
     return CorpusRules(lists["include"], lists["exclude"], lists["types"], bounds["min_bytes"] or 0,
                        bounds["max_bytes"], tags, source=str(path))
 

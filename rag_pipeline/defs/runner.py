@@ -1,0 +1,96 @@
+"""Run the ingest graph in-process through Dagster for the shards that changed, and summarise it.
+
+The CLI's `ingest` (and `beir`, `guard-eval`) and the API's `POST /ingest` call `ingest` here: it is the one
+place outside the Dagster UI that launches runs. The summary is added up from each stage's typed StageTotals.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from rag_pipeline.defs.assets import INGEST_ASSETS, TOTALS, corpus_summary
+from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
+from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.errors import IngestFailed
+from rag_pipeline.ingest.plan import pending_shards
+from rag_pipeline.ingest.stage import StageTotals
+from rag_pipeline.ingest.summary import IngestSummary
+
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@contextmanager
+def dagster_instance() -> Iterator[dg.DagsterInstance]:
+    """The instance in $DAGSTER_HOME when set (runs are recorded there), else an ephemeral one."""
+    if os.environ.get("DAGSTER_HOME"):
+        with dg.DagsterInstance.get() as instance:
+            yield instance
+    else:
+        with dg.DagsterInstance.ephemeral() as instance:
+            yield instance
+
+
+def stage_totals(result: dg.ExecuteInProcessResult) -> dict[str, StageTotals]:
+    """Asset name -> the StageTotals its step carried. A step over a range of shards records one materialisation
+    per shard, each with the step's metadata: the first one holds the totals."""
+    totals = {}
+    for asset in INGEST_ASSETS:
+        name = asset.key.to_user_string()
+        event = result.asset_materializations_for_node(name)[0]
+        totals[name] = StageTotals.from_json(event.metadata[TOTALS].value)
+    return totals
+
+
+def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, progress: bool = False) -> dict[str, Any]:
+    """Sync the roots into the data dir; returns the summary the CLI prints as JSON."""
+    started = time.perf_counter()
+    rag = RagResource(
+        roots=[str(Path(root).resolve()) for root in roots],
+        data_dir=str(data_dir) if data_dir is not None else None,
+        show_progress=progress,
+    )
+    settings, sidecar = rag.settings, rag.sidecar()
+    manifest = rag.manifest()
+    with rag.vector_store() as store:
+        shards = pending_shards(settings, manifest, sidecar, store)
+    summary = IngestSummary(shards=shards)
+    if shards:
+        runs = shard_runs(shards)
+        with dagster_instance() as instance:
+            for run in runs:
+                result = dg.materialize(
+                    INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=shard_run_tags(run),
+                    run_config=QUIET_LOGS, raise_on_error=False,
+                )
+                if not result.success:
+                    raise IngestFailed(run_failure(result))
+                summary.add_run(result.run_id, stage_totals(result))
+            dg.materialize([corpus_summary, *INGEST_ASSETS], selection=[corpus_summary], resources={"rag": rag},
+                           instance=instance, run_config=QUIET_LOGS)
+        covered = {key for run in runs for key in settings.shard_keys if run[0] <= key <= run[-1]}
+        summary.outside_runs = sum(1 for sha in manifest.documents() if settings.shard_of(sha) not in covered)
+    else:
+        sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
+        summary.outside_runs = len(manifest.documents())
+    summary.record_failures(manifest, sidecar)
+    summary.seconds = round(time.perf_counter() - started, 3)
+    return summary.to_json()
+
+
+def run_failure(result: dg.ExecuteInProcessResult) -> str:
+    """A readable reason for a failed run: failed checks first, then step errors."""
+    reasons = [
+        f"asset check {evaluation.check_name} failed: {evaluation.metadata.get('details').value}"
+        for evaluation in result.get_asset_check_evaluations() if not evaluation.passed
+    ]
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error:
+            reasons.append(f"{event.step_key}: {event.step_failure_data.error.message.strip()}")
+    return "; ".join(reasons) or "the ingest run failed"

@@ -1,0 +1,50 @@
+"""The metadata_sidecar stage: every document's chunk and redaction rows in the DuckDB sidecar (for exact
+questions), rows of vanished documents dropped."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.chunk import read_chunks
+from rag_pipeline.ingest.stage import StageReport, stores
+from rag_pipeline.settings import Settings
+
+
+def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
+    """Store every document's chunk and redaction rows in the sidecar; drop rows of vanished documents."""
+    started = time.perf_counter()
+    report = StageReport("metadata_sidecar", sorted(shards))
+    all_stores = stores(settings)
+    chunk_store, redacted = all_stores["chunks"], all_stores["redacted"]
+    chunk_set = settings.chunking_id
+    replaced: list[str] = []
+    chunk_rows: list[dict] = []
+    redaction_rows: list[dict] = []
+    for shard in report.shards:
+        wanted = chunk_store.shas(shard)
+        held = sidecar.catalogued_shas(shard, chunk_set)
+        vanished = sorted(sidecar.catalogued_shas(shard) - wanted)
+        report.purged += vanished
+        report.skipped += len(wanted & held)
+        for sha in sorted(wanted - held):
+            report.added.append(sha)
+            chunk_rows += [
+                {"chunk_id": c.chunk_id, "sha": sha, "shard": shard, "chunk_set": chunk_set,
+                 "chunk_index": c.chunk_index, "heading_path": c.heading_path, "line_start": c.line_start,
+                 "page": c.page, "chars": len(c.text)}
+                for c in read_chunks(settings, shard, sha)
+            ]
+            counts = redacted.read_json(shard, sha, "json")["counts"]
+            redaction_rows += [{"sha": sha, "shard": shard, "kind": kind, "count": n} for kind, n in counts.items()]
+        replaced += vanished
+    replaced += report.added
+    sidecar.replace_catalogue(replaced, chunk_rows, redaction_rows)
+    finished = datetime.now(UTC).replace(tzinfo=None)
+    sidecar.upsert([{"sha": sha, "chunk_set": chunk_set, "ingested_at": finished} for sha in report.added])
+    report.chunks = len(chunk_rows)
+    report.seconds = time.perf_counter() - started
+    return report
+

@@ -1,0 +1,83 @@
+"""The embeddings stage: embed the chunks of new documents ("path > heading path" + text), batched across
+documents, through the embedding cache; one .npy of vectors per document."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterable
+
+import numpy as np
+from tqdm import tqdm
+
+from rag_pipeline.embedder import Embedder, EmbeddingCache, embed_texts
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.chunk import Chunk, read_chunks
+from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.settings import Settings
+
+EMBED_SLICE = 256  # texts per embedding call: bounds memory and lost work on a crash, drives the progress bar
+
+
+def contextual_text(document_name: str, chunk: Chunk) -> str:
+    """What gets embedded: "path > heading path" on the first line, then the chunk text."""
+    context = " > ".join(part for part in (document_name, chunk.heading_path) if part)
+    return f"{context}\n{chunk.text}" if context else chunk.text
+
+
+def document_name(row: dict | None, sha: str) -> str:
+    """The document's path relative to its root, for the embedded context line."""
+    return row["rel_path"] if row and row.get("rel_path") else describe(row, sha)
+
+
+def sync_embeddings(
+    settings: Settings, embedder: Embedder, cache: EmbeddingCache, shards: Iterable[str], sidecar: Sidecar,
+    *, progress: bool = False,
+) -> StageReport:
+    """Embed the chunks of new documents, batched across documents, reusing cached vectors."""
+    started = time.perf_counter()
+    report = StageReport("embeddings", sorted(shards))
+    all_stores = stores(settings)
+    chunk_store, vectors_store = all_stores["chunks"], all_stores["embeddings"]
+    todo = reconcile(report, chunk_store.shas, vectors_store.shas, vectors_store)
+    known = sidecar.documents_by_sha([sha for _, sha in todo])
+    batch: list[tuple[str, str, int]] = []  # (shard, sha, chunk count) of the documents in `texts`
+    texts: list[str] = []
+
+    def embed_batch() -> None:
+        """Embed the pending texts and write the vectors of every document they complete."""
+        vectors, stats = embed_texts(embedder, texts, cache)
+        report.figures.vectors_computed += stats.computed
+        report.figures.vectors_cached += stats.cached
+        report.figures.embed_seconds += stats.seconds
+        offset = 0
+        for shard, sha, count in batch:
+            buffer = io.BytesIO()
+            np.save(buffer, vectors[offset:offset + count].reshape(count, embedder.dimension))
+            vectors_store.write_bytes(shard, sha, "npy", buffer.getvalue())
+            report.added.append(sha)
+            offset += count
+        bar.update(len(texts))
+        batch.clear()
+        texts.clear()
+
+    expected = sum((known.get(sha) or {}).get("chunks") or 0 for _, sha in todo)
+    with tqdm(total=expected, desc="embed", unit="chunk", disable=not progress or not todo) as bar:
+        for shard, sha in todo:
+            pieces = read_chunks(settings, shard, sha)
+            name = document_name(known.get(sha), sha)
+            texts.extend(contextual_text(name, chunk) for chunk in pieces)
+            batch.append((shard, sha, len(pieces)))
+            report.chunks += len(pieces)
+            if len(texts) >= EMBED_SLICE:
+                embed_batch()
+        if batch:
+            embed_batch()
+    report.figures.embed_seconds = round(report.figures.embed_seconds, 3)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def read_vectors(settings: Settings, shard: str, sha: str) -> np.ndarray:
+    return np.load(stores(settings)["embeddings"].path(shard, sha, "npy"))
+

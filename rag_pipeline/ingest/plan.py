@@ -1,0 +1,43 @@
+"""Which shards need a run: those whose stored state (sidecar, any stage's artifacts, the vector index) differs
+from the source manifest."""
+
+from __future__ import annotations
+
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.index.vector_store import IndexedDocument, VectorStore
+from rag_pipeline.ingest.discover import Manifest
+from rag_pipeline.ingest.stage import label_changes, stored_tags, stores
+from rag_pipeline.settings import Settings
+
+
+def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, store: VectorStore) -> list[str]:
+    """Shards whose stored state (sidecar, any stage's artifacts, the vector index) differs from the manifest."""
+    documents = manifest.documents()
+    known = sidecar.documents()
+    all_stores = stores(settings)
+    pending = []
+    for shard in settings.shard_keys:
+        wanted = {sha for sha in documents if settings.shard_of(sha) == shard}
+        stored = {sha for sha, row in known.items() if row["shard"] == shard}
+        converted = wanted - all_stores["markdown"].shas(shard, "error.json")
+        relabelled = any(any(label_changes(known[sha], documents[sha])) for sha in wanted & stored)
+        in_sync = (
+            wanted == stored
+            and not relabelled
+            and all_stores["raw"].shas(shard) == wanted
+            and all_stores["markdown"].shas(shard) == wanted
+            and all(all_stores[stage].shas(shard) == converted for stage in ("redacted", "chunks", "embeddings"))
+            and sidecar.catalogued_shas(shard, settings.chunking_id) == converted
+            and index_matches(store.shard_state(shard), {sha: known[sha] for sha in converted & stored})
+        )
+        if not in_sync:
+            pending.append(shard)
+    return pending
+
+
+def index_matches(state: dict[str, IndexedDocument], rows: dict[str, dict]) -> bool:
+    """True when the index holds exactly each document's chunk count, under its current paths and tags."""
+    expected = {sha: (row["chunks"], sorted(row["paths"]), stored_tags(row))
+                for sha, row in rows.items() if row["chunks"]}
+    return {sha: (held.points, sorted(held.paths), sorted(held.tags)) for sha, held in state.items()} == expected
+

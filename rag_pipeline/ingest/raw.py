@@ -1,0 +1,68 @@
+"""The raw_documents stage: snapshot new documents' bytes into the raw store, drop vanished SHAs and record
+every document's current paths and tags in the sidecar."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.artifacts import ArtifactStore
+from rag_pipeline.ingest.discover import Manifest, document_tags, sha256_file
+from rag_pipeline.ingest.stage import StageReport, describe, label_changes, stores
+from rag_pipeline.settings import Settings
+
+
+def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
+    """Snapshot new documents' bytes, drop vanished SHAs (each later stage purges its own artifacts in turn),
+    and record every document's current paths and tags."""
+    started = time.perf_counter()
+    report = StageReport("raw", sorted(shards))
+    store = stores(settings)["raw"]
+    documents = manifest.documents()
+    known = sidecar.documents(report.shards)
+    rows = []
+    for shard in report.shards:
+        wanted = {sha for sha in documents if settings.shard_of(sha) == shard}
+        held = store.shas(shard)
+        for sha in sorted(wanted):
+            sources = documents[sha]
+            paths, tags = [source.path for source in sources], document_tags(sources)
+            row = {"sha": sha, "shard": shard, "paths": paths, "tags": tags, "doc_type": sources[0].doc_type,
+                   "bytes": sources[0].size, "rel_path": sources[0].relative_path}
+            if sha in held:
+                report.skipped += 1
+                moved, retagged = label_changes(known[sha], sources) if sha in known else (False, False)
+                report.moved += [sha] if moved else []
+                report.retagged += [sha] if retagged else []
+            else:
+                error = snapshot(store, shard, sha, sources[0].path, sources[0].doc_type)
+                if error:
+                    report.failed[sha] = error
+                    continue
+                report.added.append(sha)
+                row.update(status="pending", stage="raw", error=None)
+            rows.append(row)
+        for sha in sorted(held - wanted):
+            store.delete(shard, sha)
+            report.purged.append(sha)
+            report.purged_paths[sha] = describe(known.get(sha), sha)
+    sidecar.upsert(rows)
+    sidecar.delete(report.purged)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def snapshot(store: ArtifactStore, shard: str, sha: str, path: str, doc_type: str) -> str | None:
+    """Copy a source file's bytes into the raw store; an error message if it changed since discovery."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return f"{path}: cannot read: {exc.strerror or exc}"
+    target = store.write_bytes(shard, sha, doc_type, data)
+    if sha256_file(target) != sha:
+        target.unlink()
+        return f"{path}: changed while being ingested; it will be picked up by the next run"
+    return None
+

@@ -1,0 +1,151 @@
+"""What every ingest stage shares: its typed report, the artifact stores, and reconciliation of a stage's
+artifacts with its input.
+
+A stage's input is the set of document SHAs its upstream stage holds for a shard. New SHAs are processed,
+SHAs the stage holds but its input no longer has are purged, the rest are skipped. Every stage is therefore
+idempotent and converges after a crash: re-running it does exactly the work that is still missing.
+Raw documents are the root of the chain: their input is the source manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from rag_pipeline.ingest.artifacts import ArtifactStore
+from rag_pipeline.ingest.discover import SourceFile, document_tags
+from rag_pipeline.settings import Settings
+
+
+@dataclass
+class StageFigures:
+    """Figures only some stages have: embeddings (vectors computed or cached, embedding seconds) and
+    vector_index (points upserted and deleted, points in the collection, optimize seconds)."""
+
+    vectors_computed: int = 0
+    vectors_cached: int = 0
+    embed_seconds: float = 0.0
+    points_upserted: int = 0
+    points_deleted: int = 0
+    collection_points: int = 0
+    optimize_seconds: float = 0.0
+
+
+STAGE_FIGURES = {
+    "embeddings": ("vectors_computed", "vectors_cached", "embed_seconds"),
+    "vector_index": ("points_upserted", "points_deleted", "collection_points", "optimize_seconds"),
+}
+
+
+@dataclass
+class StageReport:
+    """What one stage did over its shards (SHAs added, purged, moved, re-tagged, failed with their error)."""
+
+    stage: str
+    shards: list[str]
+    added: list[str] = field(default_factory=list)
+    skipped: int = 0
+    purged: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)  # paths changed (moved, copied, a copy deleted)
+    retagged: list[str] = field(default_factory=list)  # tags changed (the corpus rules or the paths did)
+    failed: dict[str, str] = field(default_factory=dict)
+    chunks: int = 0
+    seconds: float = 0.0
+    purged_paths: dict[str, str] = field(default_factory=dict)
+    check_failures: list[str] = field(default_factory=list)
+    figures: StageFigures = field(default_factory=StageFigures)
+
+    def stage_figures(self) -> dict[str, float]:
+        """This stage's own figures, by name (for the asset metadata)."""
+        return {name: getattr(self.figures, name) for name in STAGE_FIGURES.get(self.stage, ())}
+
+    def totals(self) -> StageTotals:
+        """The numbers of this report, which the ingest summary adds up over stages and runs."""
+        relabelled = set(self.moved) | set(self.retagged)
+        return StageTotals(
+            stage=self.stage, added=len(self.added), skipped=self.skipped, unchanged=self.skipped - len(relabelled),
+            purged=len(self.purged), moved=len(self.moved), retagged=len(self.retagged), failed=len(self.failed),
+            chunks=self.chunks, seconds=self.seconds, figures=self.figures,
+        )
+
+
+@dataclass(frozen=True)
+class StageTotals:
+    """The numbers of one StageReport: plain values, so a Dagster run can carry them as one JSON object
+    (`to_json` out, `from_json` back: a renamed field fails loudly instead of counting zero)."""
+
+    stage: str
+    added: int
+    skipped: int
+    unchanged: int  # skipped and neither moved nor re-tagged
+    purged: int
+    moved: int
+    retagged: int
+    failed: int
+    chunks: int
+    seconds: float
+    figures: StageFigures
+
+    def __add__(self, other: StageTotals) -> StageTotals:
+        """The totals of the same stage over two runs."""
+        return add_fields(self, other, stage=self.stage, figures=add_fields(self.figures, other.figures))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> StageTotals:
+        return cls(**{**value, "figures": StageFigures(**value["figures"])})
+
+
+def add_fields(left: Any, right: Any, **given: Any) -> Any:
+    """A dataclass of left's type whose fields are left's plus right's, except those `given`."""
+    summed = {item.name: getattr(left, item.name) + getattr(right, item.name) for item in fields(left)
+              if item.name not in given}
+    return type(left)(**summed, **given)
+
+
+def stores(settings: Settings) -> dict[str, ArtifactStore]:
+    """Each stage's artifact store. Chunks and embeddings live under folders named after the settings that
+    made them (chunking id, embedding model), so changing those settings rebuilds instead of mixing."""
+    folders = {
+        "raw": "raw", "markdown": "markdown", "redacted": "redacted",
+        "chunks": f"chunks/{settings.chunking_id}",
+        "embeddings": f"embeddings/{settings.embedding_model_id.replace('/', '__')}/{settings.chunking_id}",
+    }
+    return {stage: ArtifactStore(settings.artifacts_dir, folder) for stage, folder in folders.items()}
+
+
+def describe(row: dict[str, Any] | None, sha: str) -> str:
+    """The first path of a document, for messages; the SHA when the path is unknown."""
+    return row["paths"][0] if row and row.get("paths") else sha
+
+
+def stored_tags(row: dict[str, Any]) -> list[str]:
+    """A sidecar row's tags (NULL in rows written before tags existed)."""
+    return sorted(row.get("tags") or [])
+
+
+def label_changes(row: dict[str, Any], sources: list[SourceFile]) -> tuple[bool, bool]:
+    """(paths changed, tags changed) of a stored document against its files in the manifest."""
+    return sorted(row["paths"]) != sorted(source.path for source in sources), stored_tags(row) != document_tags(sources)
+
+
+def reconcile(
+    report: StageReport,
+    inputs: Callable[[str], set[str]],
+    outputs: Callable[[str], set[str]],
+    output_store: ArtifactStore,
+) -> list[tuple[str, str]]:
+    """Purge outputs whose input vanished; return the (shard, sha) pairs still to process."""
+    todo = []
+    for shard in report.shards:
+        wanted, held = inputs(shard), outputs(shard)
+        for sha in sorted(held - wanted):
+            output_store.delete(shard, sha)
+            report.purged.append(sha)
+        todo.extend((shard, sha) for sha in sorted(wanted - held))
+        report.skipped += len(wanted & held)
+    return todo
+

@@ -1,0 +1,92 @@
+"""The layout's rules, checked on the source: only the Dagster layer imports Dagster, and no module of
+rag_pipeline imports another that (directly or not) imports it back."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rag_pipeline"
+# Dagster's entry point for the code location (pyproject [tool.dagster], workspace.yaml): it only loads defs/.
+CODE_LOCATION = "rag_pipeline.definitions"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module an import statement of the file names, at any depth (function-level imports included);
+    `from package import name` counts as an import of package.name when that is a module, else of package."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & MODULES.keys()
+            names.update(submodules)
+            if len(submodules) < len(node.names):  # names defined in the module itself
+                names.add(node.module)
+    return names
+
+
+def internal_graph() -> dict[str, set[str]]:
+    """rag_pipeline module -> the rag_pipeline modules it imports."""
+    return {name: {target for target in imported_modules(path) if target in MODULES and target != name}
+            for name, path in MODULES.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules (first == last), or None."""
+    state: dict[str, str] = {}  # "open" while on the DFS stack, "done" after
+    stack: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[module] = "done"
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def test_only_the_dagster_layer_imports_dagster() -> None:
+    offenders = {
+        name: sorted(target for target in imported_modules(path) if target.split(".")[0].startswith("dagster"))
+        for name, path in MODULES.items()
+        if not name.startswith("rag_pipeline.defs") and name != CODE_LOCATION
+    }
+    assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+def test_the_library_does_not_import_the_dagster_layer() -> None:
+    """The library (and the serving layer on it) reaches Dagster only through the in-process ingest runner."""
+    allowed = {"rag_pipeline.defs.runner"}
+    offenders = {
+        name: sorted(target for target in targets if target.startswith("rag_pipeline.defs") and target not in allowed)
+        for name, targets in internal_graph().items() if not name.startswith("rag_pipeline.defs")
+        and name != CODE_LOCATION
+    }
+    assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+def test_no_import_cycles() -> None:
+    assert find_cycle(internal_graph()) is None
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
