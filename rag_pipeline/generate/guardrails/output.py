@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from rag_pipeline.generate.guardrails.rules import _LINK, _REF_DEF, _URL, _rule_matches, _strip_url
-from rag_pipeline.generate.guardrails.scan import _INVISIBLE_RE, _TAG_RE, Finding, _escape, reveal_hidden, scan_text
+from rag_pipeline.generate.guardrails.rules import LINK, REF_DEF, URL, rule_matches, strip_url
+from rag_pipeline.generate.guardrails.scan import INVISIBLE_RE, TAG_RE, Finding, escape_hidden, reveal_hidden, scan_text
 
 REFUSAL = (
     "I can't provide that answer: it appears to follow instructions found in the retrieved documents "
@@ -42,8 +42,8 @@ def _cut(text: str, spans: Sequence[tuple[int, int]]) -> str:
     return "".join(pieces)
 
 
-_URL_RE = re.compile(_URL, re.I)
-_AUTOLINK = re.compile(rf"<(?P<url>{_URL})>", re.I)
+_URL_RE = re.compile(URL, re.I)
+_AUTOLINK = re.compile(rf"<(?P<url>{URL})>", re.I)
 
 
 def _drop_unknown_urls(text: str, context: Sequence[str]) -> tuple[str, list[Finding]]:
@@ -51,10 +51,10 @@ def _drop_unknown_urls(text: str, context: Sequence[str]) -> tuple[str, list[Fin
     findings: list[Finding] = []
 
     def unknown(url: str) -> bool:
-        url = _strip_url(url)
+        url = strip_url(url)
         if any(url in source or url.rstrip("/") in source for source in context):
             return False
-        findings.append(Finding("unknown_url", "medium", _escape(url), "answer"))
+        findings.append(Finding("unknown_url", "medium", escape_hidden(url), "answer"))
         return True
 
     def link(match: re.Match[str]) -> str:
@@ -62,11 +62,11 @@ def _drop_unknown_urls(text: str, context: Sequence[str]) -> tuple[str, list[Fin
             return match.group()
         return "" if match.group("image") else match.group("label")
 
-    text = _LINK.sub(link, text)
-    text = _cut(text, [match.span() for match in _REF_DEF.finditer(text) if unknown(match.group("url"))])
+    text = LINK.sub(link, text)
+    text = _cut(text, [match.span() for match in REF_DEF.finditer(text) if unknown(match.group("url"))])
     text = _cut(text, [match.span() for match in _AUTOLINK.finditer(text) if unknown(match.group("url"))])
     bare = [match for match in _URL_RE.finditer(text) if unknown(match.group())]
-    return _cut(text, [(match.start(), match.start() + len(_strip_url(match.group()))) for match in bare]), findings
+    return _cut(text, [(match.start(), match.start() + len(strip_url(match.group()))) for match in bare]), findings
 
 
 _CITATION = re.compile(r"(?<![\w\]!])\[(?P<items>\s*\d+\s*(?:(?:[,;]|[-–])\s*\d+\s*)*)\](?![(:\[])")
@@ -128,7 +128,7 @@ def _followed(answer: str, payloads: Sequence[str]) -> list[Finding]:
             revealed = reveal_hidden(payload)
             needles = [" ".join(revealed.casefold().split())] + [t.casefold() for t in _CODE_TOKEN.findall(revealed)]
         if any(needle and needle in haystack for needle in needles):
-            findings.append(Finding("followed_injection", "high", _escape(payload), "answer", payload))
+            findings.append(Finding("followed_injection", "high", escape_hidden(payload), "answer", payload))
     return findings
 
 
@@ -148,10 +148,10 @@ def validate_output(
     violations = scan_text(answer, "answer")
     text = answer
     if any(finding.rule == "hidden_unicode" for finding in violations):
-        text = _INVISIBLE_RE.sub("", _TAG_RE.sub("", text))
+        text = INVISIBLE_RE.sub("", TAG_RE.sub("", text))
     removed = [
         match.cut
-        for match in _rule_matches(text)
+        for match in rule_matches(text)
         if match.rule in _REMOVED_RULES or match.rule == "send_to_url" and match.severity == "high"
     ]
     text = _cut(text, removed)

@@ -1,7 +1,7 @@
 """The rule catalogue: the patterns of every injection rule but hidden_unicode (``scan`` checks raw text
 for that one) and how each match gets its severity, its payload (the phrase the injection wants said, or
 the URL it wants rendered or data sent to) and its cut (what to remove from an answer).
-``_rule_matches`` applies them all to text whose hidden characters are already revealed.
+``rule_matches`` applies them all to text whose hidden characters are already revealed.
 
 Calibration decisions (retrieved chunks are mostly technical documentation; checked on SciFact, SQuAD,
 the docling ground truth and installed packages' READMEs, none of which gets a high finding):
@@ -50,7 +50,9 @@ RULES = (
 
 
 @dataclass(frozen=True)
-class _Match:
+class RuleMatch:
+    """One rule's match in a text: where, how severe, the payload it carries, and what to cut from an answer."""
+
     rule: str
     severity: Severity
     start: int
@@ -62,7 +64,7 @@ class _Match:
 
 # --- URLs -----------------------------------------------------------------------------------------
 
-_URL = r"https?://[^\s<>\"'`)\]]+"
+URL = r"https?://[^\s<>\"'`)\]]+"
 _PLACEHOLDER = re.compile(
     r"\{[^{}]{0,100}\}|%7[Bb]|\$\{|\$[A-Z_]{2,}|%3[Cc]|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|=[A-Z]{4,}(?:&|$)"
 )
@@ -73,7 +75,7 @@ _DATA_PARAMS = frozenset(
 _IMAGE_INSTRUCTION = re.compile(r"\b(?:replace|substitute|fill\s+in|append|insert|encode|render|display|embed)\b", re.I)
 
 
-def _strip_url(url: str) -> str:
+def strip_url(url: str) -> str:
     return url.rstrip(".,;:!?*_")
 
 
@@ -319,13 +321,13 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
 _SEND = re.compile(
     r"\b(?P<verb>send|post|upload|forward|transmit|submit|exfiltrate|leak|report|relay|share)\b"
-    rf"(?P<object>(?:[^\n.!?]|\.(?=\S)){{0,100}}?)\b(?:to|at|into|via|on)\s+<?(?P<url>{_URL})",
+    rf"(?P<object>(?:[^\n.!?]|\.(?=\S)){{0,100}}?)\b(?:to|at|into|via|on)\s+<?(?P<url>{URL})",
     re.I,
 )
 _FETCH = re.compile(
     r"\b(?:call|fetch|visit|open|request|load|browse\s+to|navigate\s+to|go\s+to|access|ping|curl)\b"
     r"(?:\s+(?:this|the\s+following|the|a|that))?(?:\s+(?:url|webhook|endpoint|link|page|site|address|api))?"
-    rf"(?:\s+to)?\s*:?\s*<?(?P<url>{_URL})",
+    rf"(?:\s+to)?\s*:?\s*<?(?P<url>{URL})",
     re.I,
 )
 _SENSITIVE_TERMS = (
@@ -339,10 +341,10 @@ _DATA_OBJECT = re.compile(
     r"info|summary|answers?|responses?|everything|contents?|documents?|data|this\s+(?:page|document))\b",
     re.I,
 )
-_LINK = re.compile(rf"(?P<image>!?)\[(?P<label>[^\[\]\n]*)\]\(\s*<?(?P<url>{_URL})>?(?:\s+\"[^\"\n]*\")?\s*\)", re.I)
+LINK = re.compile(rf"(?P<image>!?)\[(?P<label>[^\[\]\n]*)\]\(\s*<?(?P<url>{URL})>?(?:\s+\"[^\"\n]*\")?\s*\)", re.I)
 _IMAGE_REF = re.compile(r"!\[(?P<alt>[^\[\]\n]{0,300})\](?:\[(?P<ref>[^\[\]\n]{0,300})\])?(?![(\[])")
-_REF_DEF = re.compile(rf"^[ \t]{{0,3}}\[(?P<ref>[^\[\]\n]{{1,300}})\]:[ \t]*<?(?P<url>{_URL})", re.I | re.M)
-_HTML_IMAGE = re.compile(rf"<img\b[^<>]{{0,300}}?\bsrc\s*=\s*[\"']?(?P<url>{_URL})[^<>]{{0,300}}>", re.I)
+REF_DEF = re.compile(rf"^[ \t]{{0,3}}\[(?P<ref>[^\[\]\n]{{1,300}})\]:[ \t]*<?(?P<url>{URL})", re.I | re.M)
+_HTML_IMAGE = re.compile(rf"<img\b[^<>]{{0,300}}?\bsrc\s*=\s*[\"']?(?P<url>{URL})[^<>]{{0,300}}>", re.I)
 
 
 def _paragraph(text: str, start: int, end: int) -> tuple[int, int]:
@@ -370,7 +372,7 @@ def _quoted_example(text: str, quotes: Sequence[tuple[int, int]], start: int, en
     return quotes[index] if end <= quote_end and introduced else None
 
 
-def _phrase_matches(text: str) -> Iterator[_Match]:
+def _phrase_matches(text: str) -> Iterator[RuleMatch]:
     quotes = [match.span() for match in _QUOTED_SPAN.finditer(text)]
     for rule, pattern, high in _PHRASES:
         for match in pattern.finditer(text):
@@ -383,7 +385,7 @@ def _phrase_matches(text: str) -> Iterator[_Match]:
             cut = (start, end)
             if rule == "role_tag" and pattern.pattern.startswith("^"):  # a turn or header line goes whole
                 cut = (start, text.find("\n", end) % (len(text) + 1))
-            yield _Match(rule, severity, start, end, match.group(), payload, cut)
+            yield RuleMatch(rule, severity, start, end, match.group(), payload, cut)
 
 
 def _image_severity(text: str, match: re.Match[str], url: str) -> Severity:
@@ -393,12 +395,12 @@ def _image_severity(text: str, match: re.Match[str], url: str) -> Severity:
     return "high" if _carries_data(url) or instructed else "medium"
 
 
-def _url_matches(text: str) -> Iterator[_Match]:
+def _url_matches(text: str) -> Iterator[RuleMatch]:
     sends = list(_SEND.finditer(text))
     for match in sends:
-        url = _strip_url(match.group("url"))
+        url = strip_url(match.group("url"))
         high = match.group("verb").lower() in ("exfiltrate", "leak") or _DATA_OBJECT.search(match.group("object"))
-        yield _Match(
+        yield RuleMatch(
             "send_to_url",
             "high" if high or _carries_data(url) else "medium",
             *match.span(),
@@ -410,23 +412,23 @@ def _url_matches(text: str) -> Iterator[_Match]:
     for match in _FETCH.finditer(text):
         if match.start("url") in sent:
             continue
-        url = _strip_url(match.group("url"))
+        url = strip_url(match.group("url"))
         sentence = _sentence(text, *match.span())
         rest = text[sentence[0] : match.start("url")] + text[match.start("url") + len(url) : sentence[1]]
         high = _carries_data(url) or _SENSITIVE.search(rest)
-        yield _Match("send_to_url", "high" if high else "medium", *match.span(), match.group(), url, sentence)
+        yield RuleMatch("send_to_url", "high" if high else "medium", *match.span(), match.group(), url, sentence)
     definitions = {
-        match.group("ref").strip().lower(): _strip_url(match.group("url")) for match in _REF_DEF.finditer(text)
+        match.group("ref").strip().lower(): strip_url(match.group("url")) for match in REF_DEF.finditer(text)
     }
     images = [
         (match, definitions.get((match.group("ref") or match.group("alt")).strip().lower()))
         for match in _IMAGE_REF.finditer(text)
     ]
-    inline = (match for match in _LINK.finditer(text) if match.group("image"))
-    images += [(match, _strip_url(match.group("url"))) for match in (*inline, *_HTML_IMAGE.finditer(text))]
+    inline = (match for match in LINK.finditer(text) if match.group("image"))
+    images += [(match, strip_url(match.group("url"))) for match in (*inline, *_HTML_IMAGE.finditer(text))]
     for match, url in images:
         if url:
-            yield _Match(
+            yield RuleMatch(
                 "markdown_image_exfiltration",
                 _image_severity(text, match, url),
                 *match.span(),
@@ -436,9 +438,9 @@ def _url_matches(text: str) -> Iterator[_Match]:
             )
 
 
-def _rule_matches(text: str) -> list[_Match]:
+def rule_matches(text: str) -> list[RuleMatch]:
     """Matches of every rule except hidden_unicode, one per (rule, start), in text order."""
-    seen: dict[tuple[str, int], _Match] = {}
+    seen: dict[tuple[str, int], RuleMatch] = {}
     for match in (*_phrase_matches(text), *_url_matches(text)):
         seen.setdefault((match.rule, match.start), match)
     return sorted(seen.values(), key=lambda match: (match.start, RULES.index(match.rule)))

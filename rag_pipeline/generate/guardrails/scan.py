@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rag_pipeline.generate.guardrails.rules import Severity, _Match, _rule_matches
+from rag_pipeline.generate.guardrails.rules import RuleMatch, Severity, rule_matches
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class Finding:
 # --- hidden characters ----------------------------------------------------------------------------
 
 _INVISIBLE = "\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-_INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]+")
-_TAG_RE = re.compile("[\U000e0000-\U000e007f]+")
+INVISIBLE_RE = re.compile(f"[{_INVISIBLE}]+")
+TAG_RE = re.compile("[\U000e0000-\U000e007f]+")
 _FLAG_TAGS = re.compile("[\U000e0030-\U000e0039\U000e0061-\U000e007a]{2,6}\U000e007f")
 _RTL = re.compile("[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufefc]")
 _TRIGGER_WORDS = frozenset(
@@ -50,11 +50,11 @@ def reveal_hidden(text: str) -> str:
     """Unicode TAG characters decoded to the ASCII they encode; zero-width and bidi control
     characters (U+200B-U+200F, U+202A-U+202E, U+2060-U+2064, U+2066-U+2069, U+FEFF, U+00AD soft
     hyphen) removed; NFKC normalised."""
-    text = _TAG_RE.sub(lambda match: _decode_tags(match.group()), text)
-    return unicodedata.normalize("NFKC", _INVISIBLE_RE.sub("", text))
+    text = TAG_RE.sub(lambda match: _decode_tags(match.group()), text)
+    return unicodedata.normalize("NFKC", INVISIBLE_RE.sub("", text))
 
 
-def _escape(text: str) -> str:
+def escape_hidden(text: str) -> str:
     """Hidden and control characters as \\uXXXX escapes, whitespace runs collapsed, cut to ~120 chars."""
     shown = "".join(
         (f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
@@ -95,7 +95,7 @@ def _splits_trigger(text: str, run: re.Match[str]) -> bool:
     right = _WORD_AFTER.match(text, run.end(), run.end() + 40)
     if not (left and right):
         return False
-    return _INVISIBLE_RE.sub("", left.group() + right.group()).lower() in _TRIGGER_WORDS
+    return INVISIBLE_RE.sub("", left.group() + right.group()).lower() in _TRIGGER_WORDS
 
 
 def _around(text: str, start: int, end: int) -> str:
@@ -104,22 +104,22 @@ def _around(text: str, start: int, end: int) -> str:
     return (left.group() if left else "") + text[start:end] + (right.group() if right else "")
 
 
-def _key(match: _Match) -> tuple[str, str]:
-    return match.rule, " ".join(_INVISIBLE_RE.sub("", match.text).lower().split())
+def _key(match: RuleMatch) -> tuple[str, str]:
+    return match.rule, " ".join(INVISIBLE_RE.sub("", match.text).lower().split())
 
 
 def _hidden_findings(text: str, where: str) -> list[Finding]:
     findings = [
-        Finding("hidden_unicode", "high", _escape(run.group()), where)
-        for run in _TAG_RE.finditer(text)
+        Finding("hidden_unicode", "high", escape_hidden(run.group()), where)
+        for run in TAG_RE.finditer(text)
         if not (text[run.start() - 1 : run.start()] == "\U0001f3f4" and _FLAG_TAGS.fullmatch(run.group()))
     ]
-    runs = list(_INVISIBLE_RE.finditer(text))
+    runs = list(INVISIBLE_RE.finditer(text))
     if not runs:
         return findings
-    plain = unicodedata.normalize("NFKC", _TAG_RE.sub("", text))
-    shown = {_key(match) for match in _rule_matches(plain)}
-    exposed = any(_key(match) not in shown for match in _rule_matches(reveal_hidden(_TAG_RE.sub("", text))))
+    plain = unicodedata.normalize("NFKC", TAG_RE.sub("", text))
+    shown = {_key(match) for match in rule_matches(plain)}
+    exposed = any(_key(match) not in shown for match in rule_matches(reveal_hidden(TAG_RE.sub("", text))))
     rtl = bool(_RTL.search(text))
     body = (len(text) - len(text.lstrip()), len(text.rstrip()))
     splitting = next((run for run in runs if _splits_trigger(text, run)), None)
@@ -127,25 +127,25 @@ def _hidden_findings(text: str, where: str) -> list[Finding]:
     if splitting or exposed or suspicious:
         first = splitting or suspicious or runs[0]
         severity: Severity = "high" if splitting or exposed else "medium"
-        findings.append(Finding("hidden_unicode", severity, _escape(_around(text, *first.span())), where))
+        findings.append(Finding("hidden_unicode", severity, escape_hidden(_around(text, *first.span())), where))
     return findings
 
 
 # --- public API -----------------------------------------------------------------------------------
 
 
-def _finding(match: _Match, where: str) -> Finding:
-    return Finding(match.rule, match.severity, _escape(match.text), where, match.payload)
+def _finding(match: RuleMatch, where: str) -> Finding:
+    return Finding(match.rule, match.severity, escape_hidden(match.text), where, match.payload)
 
 
 def scan_text(text: str, where: str) -> list[Finding]:
     """All findings in text: hidden characters in the raw text, then every other rule on
     ``reveal_hidden(text)`` and on each TAG-encoded message on its own."""
     findings = _hidden_findings(text, where)
-    matches = _rule_matches(reveal_hidden(text))
+    matches = rule_matches(reveal_hidden(text))
     keys = {_key(match) for match in matches}
-    for run in _TAG_RE.finditer(text):
-        for match in _rule_matches(_decode_tags(run.group())):
+    for run in TAG_RE.finditer(text):
+        for match in rule_matches(_decode_tags(run.group())):
             if _key(match) not in keys:
                 keys.add(_key(match))
                 matches.append(match)
