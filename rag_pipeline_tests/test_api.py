@@ -19,8 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from fastapi.testclient import TestClient
 
-from rag_pipeline.serve.api import MAX_API_TOP_K, create_app
+from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
+from rag_pipeline.index.vector_store import FILTER_KEYS
+from rag_pipeline.serve.api import MAX_API_TOP_K, IngestJob, create_app, job_json
+from rag_pipeline.serve.models import HealthResponse, IngestJobResponse, SearchResponse
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.fake_ollama import FakeOllama
 
@@ -276,3 +280,80 @@ def test_ask_streams_an_llm_answer(sample_index: tuple[Path, Path], fake_ollama:
     [chat] = fake_ollama.bodies("/api/chat")
     system, user = chat["messages"]
     assert "<<SOURCE" in system["content"] and user["content"].count("<</SOURCE") == 3
+
+
+def test_deeply_nested_json_is_invalid_json(api: str) -> None:
+    """JSON nested past the parser's recursion limit is bad input (400), not a 500 with a trace."""
+    response = httpx.post(f"{api}/search", content=b"[" * 30000, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+    assert "Traceback" not in response.text
+
+
+def test_openapi_documents_the_bodies(api: str) -> None:
+    doc = httpx.get(f"{api}/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    for path, name in [("/search", "SearchRequest"), ("/ask", "AskRequest"), ("/ingest", "IngestRequest")]:
+        operation = doc["paths"][path]["post"]
+        assert operation["requestBody"]["content"]["application/json"]["schema"] == {
+            "$ref": f"#/components/schemas/{name}"}
+        assert schemas[name]["additionalProperties"] is False
+        assert "422" not in operation["responses"]  # validation errors are 400s with the API's error body
+        assert operation["responses"]["4XX"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/ErrorResponse"}
+    search = schemas["SearchRequest"]["properties"]
+    assert set(search) == {"query", "top_k", "filters"} and schemas["SearchRequest"]["required"] == ["query"]
+    assert (search["top_k"]["minimum"], search["top_k"]["maximum"]) == (1, MAX_API_TOP_K)
+    assert search["top_k"]["default"] == Settings().top_k
+    assert search["filters"]["anyOf"][0]["propertyNames"]["enum"] == list(FILTER_KEYS)
+    assert set(schemas["AskRequest"]["properties"]) == {"question", "top_k", "filters"}
+    assert schemas["IngestRequest"]["required"] == ["roots"]
+    assert doc["paths"]["/search"]["post"]["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/SearchResponse"}
+    assert "text/event-stream" in doc["paths"]["/ask"]["post"]["responses"]["200"]["content"]
+    # the documented shapes are the served ones
+    SearchResponse.model_validate(httpx.post(f"{api}/search", json={"query": "duck feathers"}).json())
+    HealthResponse.model_validate(httpx.get(f"{api}/healthz").json())
+    assert httpx.get(f"{api}/docs").status_code == 404  # no docs UI: the OpenAPI document is the contract
+
+
+class FailingRetriever:
+    """A retriever whose every search raises `error`."""
+
+    cache = embedder = reranker = hyde = None
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def search(self, query: str, top_k: int = 5, filters: dict | None = None):
+        raise self.error
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("error", "status", "code"), [
+    (ValueError("a bug, not bad input"), 500, "internal_error"),  # only a RagError is deliberate
+    (InputError("the query is empty", code="empty_query"), 400, "empty_query"),
+    (StoreUnavailable("qdrant at http://q:6333 is down"), 503, "store_unavailable"),
+    (ConfigError("RAG_X is invalid"), 500, "configuration_error"),
+])
+def test_errors_map_to_statuses(error: Exception, status: int, code: str, tmp_path: Path) -> None:
+    app = create_app(Settings(data_dir=tmp_path), FailingRetriever(error))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.post("/search", json={"query": "pumps"})
+        assert response.status_code == status and response.json()["error"]["code"] == code
+        assert "Traceback" not in response.text
+        if code == "internal_error":  # a bug's message stays in the log
+            assert response.json()["error"]["message"] == "ValueError: the request failed"
+        metrics = client.get("/metrics").text
+    assert f'rag_http_requests_total{{endpoint="/search",status="{status}"}} 1.0' in metrics
+
+
+def test_ingest_bad_input_and_job_shape(tmp_path: Path) -> None:
+    with TestClient(create_app(Settings(data_dir=tmp_path), FailingRetriever(ValueError()))) as client:
+        response = client.post("/ingest", json={"roots": [str(tmp_path)], "extra": 1})
+        assert response.status_code == 400 and response.json()["error"]["code"] == "unknown_field"
+        response = client.post("/ingest", json={"roots": [str(tmp_path / "missing")]})
+        assert response.json()["error"]["code"] == "not_a_directory"
+        assert client.post("/ingest", json={"roots": "/a"}).json()["error"]["code"] == "invalid_roots"
+    IngestJobResponse.model_validate(job_json(IngestJob("x", ["/a"])))  # the documented shape is the served one

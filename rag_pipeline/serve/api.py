@@ -1,15 +1,18 @@
-"""The HTTP API (Starlette): search, streamed answers, ingest, health and Prometheus metrics.
+"""The HTTP API (FastAPI): search, streamed answers, ingest, health and Prometheus metrics.
 
     POST /search       {"query", "top_k"?, "filters"?}     -> {"results": [...], "timings_ms", "warnings", ...}
     POST /ask          {"question", "top_k"?, "filters"?}  -> server-sent events: "token" events, then "done"
     POST /ingest       {"roots": [...]}                     -> 202 {"id", "status"}; GET /ingest/{id} for progress
     GET  /healthz      store, embedder and LLM status (503 when the store is down)
     GET  /metrics      Prometheus text format
+    GET  /openapi.json the OpenAPI document: the bodies above as JSON schemas (serve/models.py); no docs UI
 
-Bad input gets a 4xx JSON error {"error": {"code", "message"}}; an unexpected failure a 500 with no trace.
+Every error is {"error": {"code", "message"}}: a RagError gets the status of its kind (HTTP_STATUS), a body that
+fails validation a 400 whose code names the field (models.input_error), anything else a 500 with no trace.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations, and the request models of
+# /search and /ask are made per app (their top_k default is the app's setting), so they are local names.
 
 import contextlib
 import json
@@ -20,39 +23,68 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import FastAPI
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rag_pipeline import components
-from rag_pipeline.errors import StoreUnavailable
+from rag_pipeline.errors import ConfigError, Conflict, InputError, NotFound, RagError, Unavailable
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.result import Answer
-from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
+from rag_pipeline.serve import models
+from rag_pipeline.serve.models import (
+    MAX_API_TOP_K,  # noqa: F401  (re-exported: the tests and callers import it from here)
+    AskRequest,
+    ErrorResponse,
+    HealthResponse,
+    IngestJobResponse,
+    IngestRequest,
+    SearchRequest,
+    SearchResponse,
+)
 from rag_pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
-MAX_API_TOP_K = 100
 STAGES = ("embed", "cache", "hyde", "search", "rerank", "postprocess", "total")
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+# The status of each kind of RagError: the most specific class in the error's MRO wins (NotFound is an
+# InputError, StoreUnavailable and ModelUnavailable are Unavailable). Anything that is not a RagError is a 500.
+HTTP_STATUS: dict[type[RagError], int] = {
+    RagError: 500,
+    ConfigError: 500,
+    InputError: 400,
+    NotFound: 404,
+    Conflict: 409,
+    Unavailable: 503,
+}
+# Errors that are not RagErrors: HTTP ones (Starlette's routing, the body limit, FastAPI's body parsing).
+HTTP_ERROR_CODES = {400: "invalid_json", 404: "not_found", 413: "body_too_large"}
+UNTIMED_ROUTES = ("/metrics", "/openapi.json")  # the scrape and the schema are not API traffic
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorResponse, "description": "bad input; the code names the field or the problem"},
+    "5XX": {"model": ErrorResponse, "description": "the store is unavailable (503) or the server failed (500)"},
+}
 
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+
+def http_status(error: RagError) -> int:
+    return next(HTTP_STATUS[kind] for kind in type(error).__mro__ if kind in HTTP_STATUS)
 
 
-def error_response(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
 class Metrics:
@@ -83,6 +115,61 @@ class Metrics:
             self.fallbacks.inc()
 
 
+class RequestGuard:
+    """ASGI middleware around every HTTP request: the body-size limit, the per-endpoint request count and latency
+    (labelled with the route template, e.g. /ingest/{id}, once the response starts), and a JSON 500 for an
+    exception nothing else handled (logged, no trace in the body)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int) -> None:
+        self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        response_started = False
+
+        async def send_observed(message: Message) -> None:
+            nonlocal response_started
+            if message["type"] == "http.response.start":
+                response_started = True
+                endpoint = getattr(scope.get("route"), "path", None)  # None: no route matched (a 404)
+                if endpoint is not None and endpoint not in UNTIMED_ROUTES:
+                    self.metrics.requests.labels(endpoint, str(message["status"])).inc()
+                    self.metrics.request_seconds.labels(endpoint).observe(time.perf_counter() - started)
+            await send(message)
+
+        try:
+            await self.app(scope, self.limit_body(scope, receive), send_observed)
+        except Exception as error:
+            if response_started:
+                raise
+            log.exception("%s %s failed", scope["method"], scope["path"])
+            response = error_response(500, "internal_error", f"{type(error).__name__}: the request failed")
+            await response(scope, receive, send_observed)
+
+    def limit_body(self, scope: Scope, receive: Receive) -> Receive:
+        """`receive` that raises a 413 once the body is over the limit: at once when the declared Content-Length
+        is, else as the streamed pieces add up. Only a route that reads its body is affected."""
+        limit = self.max_body_bytes
+        declared = Headers(scope=scope).get("content-length", "")
+        received = 0
+
+        async def receive_limited() -> Message:
+            nonlocal received
+            if declared.isdigit() and int(declared) > limit:
+                raise HTTPException(413, f"the body exceeds {limit} bytes")
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, f"the body exceeds {limit} bytes")
+            return message
+
+        return receive_limited
+
+
 @dataclass
 class IngestJob:
     id: str
@@ -106,7 +193,7 @@ class IngestJobs:
         with self._lock:
             running = [job for job in self.jobs.values() if job.status == "running"]
             if running:
-                raise ApiError(409, "ingest_running", f"ingest {running[0].id} is still running")
+                raise Conflict(f"ingest {running[0].id} is still running", code="ingest_running")
             job = IngestJob(uuid.uuid4().hex, roots)
             self.jobs[job.id] = job
         threading.Thread(target=self._run, args=(job,), name=f"ingest-{job.id}", daemon=True).start()
@@ -124,51 +211,22 @@ class IngestJobs:
         job.finished_at = time.time()
 
 
-def parse_body(raw: bytes, allowed: set[str]) -> dict[str, Any]:
-    try:
-        body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {error}") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_body", "the body must be a JSON object")
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise ApiError(400, "unknown_field", f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    return body
-
-
-def query_arguments(body: dict[str, Any], text_field: str, default_top_k: int) -> tuple[str, int, dict | None]:
-    """(text, top_k, filters) of a /search or /ask body, validated."""
-    text = body.get(text_field)
-    if not isinstance(text, str) or not text.strip():
-        raise ApiError(400, f"empty_{text_field}", f"'{text_field}' must be a non-empty string")
-    top_k = body.get("top_k", default_top_k)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_API_TOP_K:
-        raise ApiError(400, "invalid_top_k", f"'top_k' must be an integer from 1 to {MAX_API_TOP_K}, got {top_k!r}")
-    filters = body.get("filters")
-    if filters is not None:
-        if not isinstance(filters, dict):
-            raise ApiError(400, "invalid_filters", "'filters' must be an object of field: value")
-        unknown = sorted(set(filters) - set(FILTER_KEYS))
-        if unknown:
-            raise ApiError(400, "unknown_filter_field",
-                           f"unknown filter field(s) {', '.join(unknown)}; allowed: {', '.join(FILTER_KEYS)}")
-    return text, top_k, filters or None
-
-
 def sse(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
-def create_app(settings: Settings | None = None, retriever: Retriever | None = None) -> Starlette:
+def create_app(settings: Settings | None = None, retriever: Retriever | None = None) -> FastAPI:
     """The API over `retriever` (default: the configured one, opened at startup and closed at shutdown)."""
     settings = settings or Settings()
     metrics = Metrics()
     ingest_jobs = IngestJobs(settings.data_dir)
     state: dict[str, Any] = {}
+    SearchBody = models.with_default_top_k(SearchRequest, settings.top_k)
+    AskBody = models.with_default_top_k(AskRequest, settings.top_k)
+    bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest}  # route -> its body model
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = retriever is None
         state["retriever"] = retriever or await run_in_threadpool(components.open_retriever, settings)
         try:
@@ -178,29 +236,49 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
             if owned:
                 state["retriever"].close()
 
-    async def read_body(request: Request, allowed: set[str]) -> dict[str, Any]:
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > settings.api_max_body_bytes:
-            raise ApiError(413, "body_too_large", f"the body exceeds {settings.api_max_body_bytes} bytes")
-        raw = b""
-        async for piece in request.stream():
-            raw += piece
-            if len(raw) > settings.api_max_body_bytes:
-                raise ApiError(413, "body_too_large", f"the body exceeds {settings.api_max_body_bytes} bytes")
-        return parse_body(raw, allowed)
+    async def rag_error(request: Request, error: RagError) -> Response:
+        status = http_status(error)
+        if status == 500:
+            log.error("%s %s failed: %s", request.method, request.url.path, error, exc_info=error)
+        return error_response(status, error.code, error.message)
 
-    async def search(request: Request) -> Response:
-        body = await read_body(request, {"query", "top_k", "filters"})
-        query, top_k, filters = query_arguments(body, "query", settings.top_k)
-        result = await run_in_threadpool(state["retriever"].search, query, top_k, filters)
+    async def invalid_body(request: Request, error: RequestValidationError) -> Response:
+        body = bodies.get(getattr(request.scope.get("route"), "path", ""))
+        return await rag_error(request, models.input_error(error.errors(), body.model_fields if body else ()))
+
+    async def http_error(request: Request, error: HTTPException) -> Response:
+        message = error.detail
+        cause = error.__cause__
+        if error.status_code == 400 and cause is not None:  # FastAPI could not parse the body
+            reason = "nested too deeply" if isinstance(cause, RecursionError) else cause
+            message = f"the body is not valid JSON: {reason}"
+        return error_response(error.status_code, HTTP_ERROR_CODES.get(error.status_code, "http_error"), message,
+                              error.headers)
+
+    app = FastAPI(
+        title="rag_pipeline", summary="Search, answers, ingest and health of the RAG platform",
+        lifespan=lifespan, openapi_url="/openapi.json", docs_url=None, redoc_url=None,
+        strict_content_type=False,  # like before: a JSON body without a Content-Type is still read as JSON
+        exception_handlers={RagError: rag_error, RequestValidationError: invalid_body, HTTPException: http_error},
+        middleware=[Middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.api_max_body_bytes)],
+    )
+
+    @app.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
+    async def search(body: SearchBody) -> Response:
+        """The best `top_k` chunks for the query (hybrid retrieval, optional rerank and semantic cache)."""
+        result = await run_in_threadpool(state["retriever"].search, body.query, body.top_k, body.filters or None)
         metrics.observe_retrieval(result, state["retriever"].cache is not None)
-        return JSONResponse(result.to_json())
+        return JSONResponse(result.to_json())  # the contract's own JSON, as `search --json` writes it
 
-    async def ask(request: Request) -> Response:
-        body = await read_body(request, {"question", "top_k", "filters"})
-        question, top_k, filters = query_arguments(body, "question", settings.top_k)
+    @app.post("/ask", response_class=StreamingResponse, responses={
+        200: {"content": {"text/event-stream": {}},
+              "description": 'server-sent events: "token" ({"text"}) events, then "done" (the answer with its '
+                             'sources, citations and guardrail report); "error" if the stream fails midway'},
+        **ERROR_RESPONSES})
+    async def ask(body: AskBody) -> Response:
+        """The answer to the question, streamed as it is written, grounded in the retrieved chunks."""
         answerer: Answerer = state["answerer"]
-        events = answerer.stream(question, top_k, filters)
+        events = answerer.stream(body.question, body.top_k, body.filters or None)
         first = await run_in_threadpool(next, events)  # retrieval errors surface here, before the stream starts
 
         def stream() -> Iterator[str]:
@@ -217,66 +295,39 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def start_ingest(request: Request) -> Response:
-        body = await read_body(request, {"roots"})
-        roots = body.get("roots")
-        if not isinstance(roots, list) or not roots or not all(isinstance(root, str) and root for root in roots):
-            raise ApiError(400, "invalid_roots", "'roots' must be a non-empty list of folder paths")
-        missing = [root for root in roots if not Path(root).is_dir()]
+    @app.post("/ingest", status_code=202, response_model=IngestJobResponse, responses=ERROR_RESPONSES)
+    async def start_ingest(body: IngestRequest) -> Response:
+        """Start ingesting the folders (one ingest at a time); poll the Location for progress."""
+        missing = [root for root in body.roots if not Path(root).is_dir()]
         if missing:
-            raise ApiError(400, "not_a_directory", f"not a directory: {', '.join(missing)}")
-        job = ingest_jobs.start(roots)
+            raise InputError(f"not a directory: {', '.join(missing)}", code="not_a_directory")
+        job = ingest_jobs.start(body.roots)
         return JSONResponse(job_json(job), status_code=202, headers={"Location": f"/ingest/{job.id}"})
 
-    async def ingest_status(request: Request) -> Response:
-        job = ingest_jobs.jobs.get(request.path_params["job_id"])
+    @app.get("/ingest/{id}", response_model=IngestJobResponse, responses=ERROR_RESPONSES)
+    async def ingest_status(job_id: Annotated[str, PathParam(alias="id")]) -> Response:
+        """An ingest started by POST /ingest: running, or its summary (succeeded) or error (failed)."""
+        job = ingest_jobs.jobs.get(job_id)
         if job is None:
-            raise ApiError(404, "unknown_ingest", f"no ingest with id {request.path_params['job_id']}")
+            raise NotFound(f"no ingest with id {job_id}", code="unknown_ingest")
         return JSONResponse(job_json(job))
 
-    async def healthz(request: Request) -> Response:
+    @app.get("/healthz", response_model=HealthResponse,
+             responses={503: {"model": HealthResponse, "description": "the store is down"}})
+    async def healthz() -> Response:
+        """Status of the store, the embedder, the reranker, the semantic cache and the LLM."""
         report = await run_in_threadpool(health, state["retriever"], settings)
         if report["store"]["ok"]:
             metrics.index_points.set(report["store"]["points"])
         return JSONResponse(report, status_code=200 if report["status"] != "down" else 503)
 
-    async def prometheus(request: Request) -> Response:
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus() -> Response:
         with contextlib.suppress(Exception):  # a failing store must not break the scrape
             metrics.index_points.set(await run_in_threadpool(state["retriever"].store.count))
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    def timed(endpoint: str, handler):
-        async def wrapped(request: Request) -> Response:
-            started = time.perf_counter()
-            try:
-                response = await handler(request)
-            except ApiError as error:
-                response = error_response(error.status, error.code, error.message)
-            except ValueError as error:  # the retriever's own validation
-                response = error_response(400, "invalid_request", str(error))
-            except StoreUnavailable as error:
-                response = error_response(503, "store_unavailable", str(error))
-            except Exception as error:
-                log.exception("%s failed", endpoint)
-                response = error_response(500, "internal_error", f"{type(error).__name__}: the request failed")
-            metrics.requests.labels(endpoint, str(response.status_code)).inc()
-            metrics.request_seconds.labels(endpoint).observe(time.perf_counter() - started)
-            return response
-        return wrapped
-
-    async def http_error(request: Request, error: HTTPException) -> Response:
-        return error_response(error.status_code, "not_found" if error.status_code == 404 else "http_error",
-                              error.detail)
-
-    routes = [
-        Route("/search", timed("/search", search), methods=["POST"]),
-        Route("/ask", timed("/ask", ask), methods=["POST"]),
-        Route("/ingest", timed("/ingest", start_ingest), methods=["POST"]),
-        Route("/ingest/{job_id}", timed("/ingest/{id}", ingest_status), methods=["GET"]),
-        Route("/healthz", timed("/healthz", healthz), methods=["GET"]),
-        Route("/metrics", prometheus, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    return app
 
 
 def job_json(job: IngestJob) -> dict[str, Any]:

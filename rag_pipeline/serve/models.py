@@ -1,0 +1,196 @@
+"""The HTTP API's request and response bodies (pydantic), and what a body's validation errors mean to a caller.
+
+The request models validate every POST body (FastAPI does it before the endpoint runs); the response models
+document the answers in /openapi.json. `input_error` turns pydantic's errors into the API's one error: an
+InputError whose code names the field (empty_query, invalid_top_k, unknown_filter_field, ...).
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, create_model
+
+from rag_pipeline.errors import InputError
+from rag_pipeline.index.vector_store import FILTER_KEYS
+
+MAX_API_TOP_K = 100
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("it is blank")
+    return text
+
+
+Text = Annotated[StrictStr, AfterValidator(_not_blank)]
+TopK = Annotated[int, Field(strict=True, ge=1, le=MAX_API_TOP_K, description="how many results (1 to 100)")]
+FilterValue = StrictStr | Annotated[list[StrictStr], Field(min_length=1)]
+Filters = dict[Literal[FILTER_KEYS], FilterValue]  # type: ignore[valid-type]  # the keys are FILTER_KEYS
+FILTERS_DESCRIPTION = "field: value (or a list of values, any of which matches); every condition must hold"
+
+
+class StrictBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchRequest(StrictBody):
+    """POST /search. An omitted top_k is the server's RAG_TOP_K."""
+
+    query: Text
+    top_k: TopK = 5
+    filters: Filters | None = Field(None, description=FILTERS_DESCRIPTION)
+
+
+class AskRequest(StrictBody):
+    """POST /ask. An omitted top_k is the server's RAG_TOP_K."""
+
+    question: Text
+    top_k: TopK = 5
+    filters: Filters | None = Field(None, description=FILTERS_DESCRIPTION)
+
+
+class IngestRequest(StrictBody):
+    """POST /ingest: the folders to ingest (as the server sees them)."""
+
+    roots: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)]
+
+
+def with_default_top_k(model: type[StrictBody], top_k: int) -> type[StrictBody]:
+    """`model` (SearchRequest or AskRequest) whose omitted top_k is `top_k`: the server's setting, also in the
+    OpenAPI document."""
+    return create_model(model.__name__, __base__=model, __module__=__name__, __doc__=model.__doc__,
+                        top_k=(TopK, top_k))
+
+
+class SearchHit(BaseModel):
+    path: str | None
+    header: str
+    line_start: int | None
+    page: int | None
+    chunk_id: str
+    sha: str | None
+    doc_type: str | None
+    tags: list[str]
+    score: float
+    text: str
+
+
+class SearchResponse(BaseModel):
+    """POST /search: the results, best first, and how the search went."""
+
+    results: list[SearchHit]
+    timings_ms: dict[str, float] = Field(description="milliseconds per stage: embed, cache, hyde, search, ...")
+    warnings: list[str] = Field(description="why the search degraded (e.g. a BM25-only fallback); empty if not")
+    mode: Literal["hybrid", "dense", "sparse", "blend"]
+    fragments: list[str]
+    cache_hit: bool
+    reranked: bool
+
+
+class IngestJobResponse(BaseModel):
+    """POST /ingest (202) and GET /ingest/{id}: an ingest run and, once finished, its summary or error."""
+
+    id: str
+    status: Literal["running", "succeeded", "failed"]
+    roots: list[str]
+    started_at: float
+    finished_at: float | None
+    summary: dict[str, Any] | None
+    error: str | None
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="stable machine-readable name, e.g. empty_query, body_too_large")
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """Every error, whatever the status."""
+
+    error: ErrorDetail
+
+
+class StoreHealth(BaseModel):
+    collection: str
+    backend: str
+    ok: bool
+    points: int | None = None
+    index_version: str | None = None
+    error: str | None = None
+
+
+class EmbedderHealth(BaseModel):
+    ok: bool
+    model: str | None
+    error: str | None = None
+
+
+class LlmHealth(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the client's status: url, model, reachable, model_available, error
+    configured: bool
+
+
+class RerankerHealth(BaseModel):
+    configured: bool
+    model: str | None
+
+
+class CacheHealth(BaseModel):
+    enabled: bool
+
+
+class HealthResponse(BaseModel):
+    """GET /healthz: "down" (503) when the store is, "degraded" when searches fall back to BM25 only."""
+
+    status: Literal["ok", "degraded", "down"]
+    store: StoreHealth
+    embedder: EmbedderHealth
+    llm: LlmHealth
+    reranker: RerankerHealth
+    semantic_cache: CacheHealth
+    hyde: str
+
+
+# What a failed field means: its error code and the rule it broke.
+FIELD_RULES = {
+    "query": ("empty_query", "must be a non-empty string"),
+    "question": ("empty_question", "must be a non-empty string"),
+    "top_k": ("invalid_top_k", f"must be an integer from 1 to {MAX_API_TOP_K}"),
+    "filters": ("invalid_filters", "must be an object of field: value"),
+    "roots": ("invalid_roots", "must be a non-empty list of folder paths"),
+}
+_short = reprlib.Repr()  # a bad value, cut short and a few levels deep (a body can nest deeply)
+_short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60
+
+
+def input_error(errors: Sequence[dict[str, Any]], allowed: Iterable[str] = ()) -> InputError:
+    """The InputError of a request body that failed validation: its first problem, body-level first (not JSON,
+    not an object), then unknown fields, then the fields in order. `allowed` names the body's fields."""
+    errors = sorted(errors, key=lambda error: 0 if len(error["loc"]) < 2 or error["type"] == "json_invalid"
+                    else 1 if error["type"] == "extra_forbidden" else 2)
+    first = errors[0]
+    loc, kind = tuple(first["loc"])[1:], first["type"]  # loc[0] is "body"
+    if kind == "json_invalid":
+        return InputError(f"the body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}"
+                          f" (at character {loc[0] if loc else 0})", code="invalid_json")
+    if not loc:
+        sent_as = " sent as application/json" if isinstance(first.get("input"), bytes) else ""  # other media type
+        return InputError(f"the body must be a JSON object{sent_as}", code="invalid_body")
+    if kind == "extra_forbidden":
+        unknown = [str(error["loc"][-1]) for error in errors if error["type"] == "extra_forbidden"]
+        return InputError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}",
+                          code="unknown_field")
+    field = str(loc[0])
+    if field == "filters" and len(loc) > 2:
+        if loc[-1] == "[key]":
+            unknown = [str(error["loc"][2]) for error in errors if tuple(error["loc"])[-1:] == ("[key]",)]
+            return InputError(f"unknown filter field(s) {', '.join(unknown)}; allowed: {', '.join(FILTER_KEYS)}",
+                              code="unknown_filter_field")
+        return InputError(f"filter {loc[1]!r} needs a string or a non-empty list of strings, "
+                          f"got {_short.repr(first.get('input'))}")  # the same words as the retriever's check
+    code, rule = FIELD_RULES.get(field, ("invalid_request", "is invalid"))
+    got = "" if kind == "missing" else f", got {_short.repr(first.get('input'))}"
+    return InputError(f"'{field}' {rule}: {first['msg'].removeprefix('Value error, ')}{got}", code=code)
