@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, cr
 
 from rag_pipeline.errors import InputError
 from rag_pipeline.index.vector_store import FILTER_KEYS
+from rag_pipeline.retrieve.retriever import Mode
 
 MAX_API_TOP_K = 100
 
@@ -84,7 +85,7 @@ class SearchResponse(BaseModel):
     results: list[SearchHit]
     timings_ms: dict[str, float] = Field(description="milliseconds per stage: embed, cache, hyde, search, ...")
     warnings: list[str] = Field(description="why the search degraded (e.g. a BM25-only fallback); empty if not")
-    mode: Literal["hybrid", "dense", "sparse", "blend"]
+    mode: Mode
     fragments: list[str]
     cache_hit: bool
     reranked: bool
