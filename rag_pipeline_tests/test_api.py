@@ -23,8 +23,8 @@ from fastapi.testclient import TestClient
 
 from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
 from rag_pipeline.index.vector_store import FILTER_KEYS
-from rag_pipeline.serve.api import MAX_API_TOP_K, IngestJob, create_app, job_json
-from rag_pipeline.serve.models import HealthResponse, IngestJobResponse, SearchResponse
+from rag_pipeline.serve.api import IngestJob, create_app, job_json
+from rag_pipeline.serve.models import MAX_API_TOP_K, HealthResponse, IngestJobResponse, SearchResponse
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.fake_ollama import FakeOllama
 

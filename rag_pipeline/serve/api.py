@@ -45,7 +45,6 @@ from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
 from rag_pipeline.serve import models
 from rag_pipeline.serve.models import (
-    MAX_API_TOP_K,  # noqa: F401  (re-exported: the tests and callers import it from here)
     AskRequest,
     ErrorResponse,
     HealthResponse,
