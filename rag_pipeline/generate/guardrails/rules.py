@@ -172,11 +172,8 @@ _PHRASES: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
             rf"(?:{_SEP}(?P<qual>anteriores|previas))?\b",
             False,
         ),
-        (
-            "role_tag",
-            r"<\|[a-z_]{2,30}\|>(?:(?:system|user|assistant)\b)?|\[/?INST\]|<</?SYS>>|</?system(?:\s[^<>]*)?>",
-            True,
-        ),
+        ("role_tag",
+         r"<\|[a-z_]{2,30}\|>(?:(?:system|user|assistant)\b)?|\[/?INST\]|<</?SYS>>|</?system(?:\s[^<>]*)?>", True),
         ("role_tag", r"^[ \t]*#{1,6}[ \t]*(?:System|Instructions?|Assistant|Human)[ \t]*:", True),
         ("role_tag", r"(?<=\S)[ \t]+#{2,6}[ \t]*(?:System|Instructions?|Response|Assistant|Human)[ \t]*:", True),
         (
