@@ -249,10 +249,12 @@ def discover(
     return manifest
 
 
-def discover_configured(settings: Settings, roots: Sequence[str | Path] | None = None) -> Manifest:
+def discover_configured(settings: Settings, roots: Sequence[str | Path] | None = None, *,
+                        save_cache: bool = True) -> Manifest:
     """Discover `roots` (default: the configured roots) under the configured ignore patterns, extensions, size
     limit and corpus rules, re-hashing only files whose size or mtime changed since the last scan (the hash
-    cache in the data dir). The CLI's ingest and manifest, the Dagster assets and the sensor all call this."""
+    cache in the data dir, updated unless `save_cache` is False: a dry run writes nothing). The CLI's ingest and
+    manifest, the Dagster assets and the sensor all call this."""
     cache_path = settings.data_dir / "hash_cache.json"
     cache: HashCache = {}
     if cache_path.is_file():
@@ -260,7 +262,8 @@ def discover_configured(settings: Settings, roots: Sequence[str | Path] | None =
     manifest = discover(settings.roots if roots is None else roots, ignore=settings.ignore,
                         extensions=settings.extensions, max_file_bytes=settings.max_file_bytes, cache=cache,
                         rules=configured_rules(settings.corpus_rules))
-    live = {str(Path(f.path).resolve()) for f in manifest.files}
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    cache_path.write_text(json.dumps({path: entry for path, entry in cache.items() if path in live}))
+    if save_cache:
+        live = {str(Path(f.path).resolve()) for f in manifest.files}
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        cache_path.write_text(json.dumps({path: entry for path, entry in cache.items() if path in live}))
     return manifest

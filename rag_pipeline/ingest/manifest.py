@@ -88,10 +88,12 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
     }
 
 
-def configured_report(settings: Settings, roots: Sequence[str | Path] | None = None) -> dict[str, Any]:
-    """The report of `roots` (default: the configured roots) under the configured rules and redaction policy."""
+def configured_report(settings: Settings, roots: Sequence[str | Path] | None = None, *,
+                      save_cache: bool = True) -> dict[str, Any]:
+    """The report of `roots` (default: the configured roots) under the configured rules and redaction policy;
+    `save_cache=False` for a dry run that writes nothing (the hash cache is still read)."""
     roots = settings.roots if roots is None else roots
-    return manifest_report(discover_configured(settings, roots), [str(root) for root in roots],
+    return manifest_report(discover_configured(settings, roots, save_cache=save_cache), [str(root) for root in roots],
                            pii_policy=settings.pii_policy, role_email_prefixes=settings.role_email_prefixes,
                            rules=configured_rules(settings.corpus_rules))
 

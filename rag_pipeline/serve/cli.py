@@ -124,7 +124,7 @@ def run_manifest(args: argparse.Namespace) -> int:
     from rag_pipeline.ingest.manifest import configured_report, format_report
 
     check_roots(args.roots)
-    report = configured_report(Settings(data_dir=args.data_dir), args.roots)
+    report = configured_report(Settings(data_dir=args.data_dir), args.roots, save_cache=False)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
