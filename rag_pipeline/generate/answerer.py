@@ -24,7 +24,7 @@ from rag_pipeline.generate.generators import ExtractiveGenerator, GenerationRequ
 from rag_pipeline.generate.guardrails import REFUSAL, Finding, quarantined, scan_text, validate_output
 from rag_pipeline.generate.prompt import DEFAULT_BUDGET_TOKENS, build_prompt, fit_budget, lost_in_the_middle
 from rag_pipeline.generate.result import Answer, Source, cited_numbers
-from rag_pipeline.index.vector_store import Filters
+from rag_pipeline.index.vector_store import Filters, Scope
 from rag_pipeline.llm import LLMUnavailable, OllamaLLM
 from rag_pipeline.retrieve.retriever import Retriever
 
@@ -63,15 +63,17 @@ class Answerer:
         self.chunk_filter = chunk_filter
         self.chunk_filter_threshold = chunk_filter_threshold
 
-    def answer(self, question: str, top_k: int = 5, filters: Filters | None = None) -> Answer:
-        return [item for item in self.stream(question, top_k, filters) if isinstance(item, Answer)][0]
+    def answer(self, question: str, top_k: int = 5, filters: Filters | None = None, scope: Scope | None = None
+               ) -> Answer:
+        return [item for item in self.stream(question, top_k, filters, scope) if isinstance(item, Answer)][0]
 
-    def stream(self, question: str, top_k: int = 5, filters: Filters | None = None) -> Iterator[str | Answer]:
-        """Text pieces, then the final Answer. ValueError for a bad question, top_k or filter (raised on the
-        first next(), before anything is streamed)."""
+    def stream(self, question: str, top_k: int = 5, filters: Filters | None = None, scope: Scope | None = None
+               ) -> Iterator[str | Answer]:
+        """Text pieces, then the final Answer, from the chunks `filters` and `scope` (an API key's) allow.
+        ValueError for a bad question, top_k or filter (raised on the first next(), before anything is streamed)."""
         started = time.perf_counter()
         layers = self.guardrails
-        retrieval = self.retriever.search(question, top_k=top_k, filters=filters)
+        retrieval = self.retriever.search(question, top_k=top_k, filters=filters, scope=scope)
         timings = dict(retrieval.timings_ms)
         warnings = list(retrieval.warnings)
         report: dict[str, Any] = {"layers": dataclasses.asdict(layers), "question_findings": [],

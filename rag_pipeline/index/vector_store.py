@@ -80,11 +80,6 @@ def label_payload(paths: list[str], tags: list[str]) -> dict[str, Any]:
     return {"paths": paths, "path": paths[0], "tags": tags}
 
 
-FilterValue = str | Sequence[str]
-Filters = Mapping[str, FilterValue]
-FusionMethod = Literal["rrf", "dbsf"]
-
-
 @dataclass(frozen=True)
 class Condition:
     """One validated filter condition: `kind` is "value" (one exact value), "any" (any of values) or "prefix"."""
@@ -94,8 +89,31 @@ class Condition:
     values: tuple[str, ...]
 
 
+FilterValue = str | Sequence[str]
+# A request's filters (filter key -> value), or conditions already parsed (a request's filters and a Scope).
+Filters = Mapping[str, FilterValue] | Sequence[Condition]
+FusionMethod = Literal["rrf", "dbsf"]
+SOURCES_FIELD = "sources"  # the payload field of the sources that hold a document (written by a later version)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What an API key may see, ANDed with a request's filters inside every search leg: chunks with any of `tags`
+    (when given) that lie in any of `sources` (payload `sources`, when given: no chunk has it yet, so a
+    source-scoped key sees nothing until the ingest writes it). A request's filters can narrow it, never widen it."""
+
+    tags: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    def conditions(self) -> list[Condition]:
+        fields = (("tags", self.tags), (SOURCES_FIELD, self.sources))
+        return [Condition(key, "any", values) for key, values in fields if values]
+
+
 def parse_filters(filters: Filters | None) -> list[Condition]:
     """The conditions of `filters` (all must hold); ValueError for an unknown key or an unusable value."""
+    if isinstance(filters, Sequence):  # already parsed
+        return list(filters)
     conditions = []
     for key, value in (filters or {}).items():
         if key not in FILTER_KEYS:

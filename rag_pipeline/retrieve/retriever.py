@@ -21,8 +21,10 @@ from rag_pipeline.embedder import Embedder
 from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import (
+    Condition,
     Filters,
     Hit,
+    Scope,
     VectorStore,
     check_fusion,
     parse_filters,
@@ -179,10 +181,10 @@ class Retriever:
             self.cache.close()
         self.store.close()
 
-    def signature(self, top_k: int, filters: Filters | None) -> str:
+    def signature(self, top_k: int, conditions: list[Condition]) -> str:
         """What besides the query text decides a result: the cache key's second half."""
         parts = {
-            "top_k": top_k, "filters": {key: filters[key] for key in sorted(filters or {})},
+            "top_k": top_k, "filters": sorted(dataclasses.astuple(condition) for condition in conditions),
             "settings": dataclasses.asdict(self.settings),
             "embedder": getattr(self.embedder, "model_id", None),
             "reranker": (self.reranker.model_id, self.rerank_multiplier, self.rerank_min_score)
@@ -191,15 +193,18 @@ class Retriever:
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True, default=list).encode()).hexdigest()[:32]
 
-    def search(self, query: str, top_k: int = 10, filters: Filters | None = None) -> RetrievalResult:
-        """The best `top_k` chunks for `query`. ValueError for a blank query, top_k out of range or a bad filter."""
+    def search(self, query: str, top_k: int = 10, filters: Filters | None = None, scope: Scope | None = None
+               ) -> RetrievalResult:
+        """The best `top_k` chunks for `query` among those `filters` and `scope` (an API key's) both allow.
+        ValueError for a blank query, top_k out of range or a bad filter."""
         started = time.perf_counter()
         settings = self.settings
         if not query or not query.strip():
             raise InputError("the query is empty", code="empty_query")
         if not 1 <= top_k <= MAX_TOP_K:
             raise InputError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
-        parse_filters(filters)  # fail before any work on an unknown filter field
+        # Fail before any work on an unknown filter field; the store gets the request's and the scope's conditions.
+        conditions = parse_filters(filters) + (scope.conditions() if scope else [])
         query = " ".join(query.split())
         fragments = split_fragments(query) if settings.fragments else [query]
         timings = {stage: 0.0 for stage in ("embed", "cache", "hyde", "search", "rerank", "postprocess")}
@@ -213,7 +218,7 @@ class Retriever:
 
         signature = ""
         if self.cache is not None and whole is not None:
-            signature = self.signature(top_k, filters)
+            signature = self.signature(top_k, conditions)
             begin = time.perf_counter()
             cached = self._cache_call(lambda: self.cache.lookup(whole, signature), result)
             timings["cache"] = (time.perf_counter() - begin) * 1000
@@ -224,7 +229,7 @@ class Retriever:
 
         if self.hyde is not None and whole is not None and result.mode_used != "sparse":
             begin = time.perf_counter()
-            vectors = self._expand_with_hyde(query, whole, vectors, filters, result)
+            vectors = self._expand_with_hyde(query, whole, vectors, conditions, result)
             timings["hyde"] = (time.perf_counter() - begin) * 1000
 
         limit = top_k
@@ -235,7 +240,7 @@ class Retriever:
         with_vectors = settings.dedupe or settings.mmr_lambda is not None
         begin = time.perf_counter()
         hits = merge_fragment_hits([
-            self._search_one(result.mode_used, fragment, vector, limit, top_k, filters, with_vectors)
+            self._search_one(result.mode_used, fragment, vector, limit, top_k, conditions, with_vectors)
             for fragment, vector in zip(fragments, vectors)
         ])
         timings["search"] = (time.perf_counter() - begin) * 1000
