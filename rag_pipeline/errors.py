@@ -38,6 +38,15 @@ class NotFound(InputError, code="not_found"):
     """The caller asked for something that does not exist (an ingest id, a document)."""
 
 
+class NotAuthenticated(RagError, code="not_authenticated"):
+    """The request carries no valid API key (none, malformed, unknown or revoked)."""
+
+
+class Forbidden(RagError, code="forbidden"):
+    """The API key's role or scope does not allow the request, or the server takes no unauthenticated request
+    from where it came."""
+
+
 class Conflict(RagError, code="conflict"):
     """The request conflicts with work in progress (an ingest is already running)."""
 

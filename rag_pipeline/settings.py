@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Extension -> normalised document type: the file types that are ingested.
@@ -141,6 +141,12 @@ class Settings(BaseSettings):
 
     # HTTP API.
     api_max_body_bytes: int = 64 * 1024
+    # API keys (serve/keys.py): the hashed keys file (default <data dir>/api_keys.yaml), and one admin key given
+    # as a token (api_key) or a file holding it (api_key_file), hashed at startup (e.g. docker-compose's).
+    api_keys_file: Path | None = None
+    api_key: SecretStr | None = None
+    api_key_file: Path | None = None
+    api_log_queries: bool = False  # the access log also records query text
 
     @field_validator("fusion_weights", mode="before")
     @classmethod
@@ -202,6 +208,10 @@ class Settings(BaseSettings):
     @property
     def sidecar_path(self) -> Path:
         return self.data_dir / "sidecar.duckdb"
+
+    @property
+    def api_keys_path(self) -> Path:
+        return self.api_keys_file or self.data_dir / "api_keys.yaml"
 
     @property
     def dagster_home(self) -> Path:

@@ -38,11 +38,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_api(settings: Settings) -> Iterator[str]:
-    """A uvicorn server with the app on a free 127.0.0.1 port, in a thread; stopped (and the store closed)
-    on exit."""
+def running_api(settings: Settings, host: str = "127.0.0.1") -> Iterator[str]:
+    """A uvicorn server with the app on a free port of `host`, in a thread, and its 127.0.0.1 URL; stopped (and
+    the store closed) on exit."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 120

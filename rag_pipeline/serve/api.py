@@ -9,6 +9,8 @@
 
 Every error is {"error": {"code", "message"}}: a RagError gets the status of its kind (HTTP_STATUS), a body that
 fails validation a 400 whose code names the field (models.input_error), anything else a 500 with no trace.
+With API keys (serve/keys.py) every route but /healthz needs a bearer token of a role (serve/auth.py); a key's
+scope filters /search and /ask.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations, and the request models of
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -38,12 +40,23 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rag_pipeline import components
-from rag_pipeline.errors import ConfigError, Conflict, InputError, NotFound, RagError, Unavailable
+from rag_pipeline.errors import (
+    ConfigError,
+    Conflict,
+    Forbidden,
+    InputError,
+    NotAuthenticated,
+    NotFound,
+    RagError,
+    Unavailable,
+)
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.result import Answer
+from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
 from rag_pipeline.serve import models
+from rag_pipeline.serve.auth import AccessLog, Auth
 from rag_pipeline.serve.models import (
     AskRequest,
     ErrorResponse,
@@ -65,6 +78,8 @@ HTTP_STATUS: dict[type[RagError], int] = {
     RagError: 500,
     ConfigError: 500,
     InputError: 400,
+    NotAuthenticated: 401,
+    Forbidden: 403,
     NotFound: 404,
     Conflict: 409,
     Unavailable: 503,
@@ -223,6 +238,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     SearchBody = models.with_default_top_k(SearchRequest, settings.top_k)
     AskBody = models.with_default_top_k(AskRequest, settings.top_k)
     bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest}  # route -> its body model
+    auth = Auth(settings)  # with API keys: reader for search, ask, metrics and the schema; ingester for ingest
+    reader, ingester = Depends(auth.require("reader")), Depends(auth.require("ingester"))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -239,7 +256,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         status = http_status(error)
         if status == 500:
             log.error("%s %s failed: %s", request.method, request.url.path, error, exc_info=error)
-        return error_response(status, error.code, error.message)
+        challenge = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return error_response(status, error.code, error.message, challenge)
 
     async def invalid_body(request: Request, error: RequestValidationError) -> Response:
         body = bodies.get(getattr(request.scope.get("route"), "path", ""))
@@ -256,16 +274,19 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
 
     app = FastAPI(
         title="rag_pipeline", summary="Search, answers, ingest and health of the RAG platform",
-        lifespan=lifespan, openapi_url="/openapi.json", docs_url=None, redoc_url=None,
+        lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,  # /openapi.json below, behind auth
         strict_content_type=False,  # like before: a JSON body without a Content-Type is still read as JSON
         exception_handlers={RagError: rag_error, RequestValidationError: invalid_body, HTTPException: http_error},
         middleware=[Middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.api_max_body_bytes)],
     )
 
+    app.add_middleware(AccessLog, log_queries=settings.api_log_queries)  # the outermost: sees every response
+
     @app.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
-    async def search(body: SearchBody) -> Response:
+    async def search(body: SearchBody, scope: Annotated[Scope | None, reader]) -> Response:
         """The best `top_k` chunks for the query (hybrid retrieval, optional rerank and semantic cache)."""
-        result = await run_in_threadpool(state["retriever"].search, body.query, body.top_k, body.filters or None)
+        result = await run_in_threadpool(state["retriever"].search, body.query, body.top_k, body.filters or None,
+                                         scope)
         metrics.observe_retrieval(result, state["retriever"].cache is not None)
         return JSONResponse(result.to_json())  # the contract's own JSON, as `search --json` writes it
 
@@ -274,10 +295,10 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
               "description": 'server-sent events: "token" ({"text"}) events, then "done" (the answer with its '
                              'sources, citations and guardrail report); "error" if the stream fails midway'},
         **ERROR_RESPONSES})
-    async def ask(body: AskBody) -> Response:
+    async def ask(body: AskBody, scope: Annotated[Scope | None, reader]) -> Response:
         """The answer to the question, streamed as it is written, grounded in the retrieved chunks."""
         answerer: Answerer = state["answerer"]
-        events = answerer.stream(body.question, body.top_k, body.filters or None)
+        events = answerer.stream(body.question, body.top_k, body.filters or None, scope)
         first = await run_in_threadpool(next, events)  # retrieval errors surface here, before the stream starts
 
         def stream() -> Iterator[str]:
@@ -294,7 +315,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    @app.post("/ingest", status_code=202, response_model=IngestJobResponse, responses=ERROR_RESPONSES)
+    @app.post("/ingest", status_code=202, response_model=IngestJobResponse, responses=ERROR_RESPONSES,
+              dependencies=[ingester])
     async def start_ingest(body: IngestRequest) -> Response:
         """Start ingesting the folders (one ingest at a time); poll the Location for progress."""
         missing = [root for root in body.roots if not Path(root).is_dir()]
@@ -303,7 +325,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         job = ingest_jobs.start(body.roots)
         return JSONResponse(job_json(job), status_code=202, headers={"Location": f"/ingest/{job.id}"})
 
-    @app.get("/ingest/{id}", response_model=IngestJobResponse, responses=ERROR_RESPONSES)
+    @app.get("/ingest/{id}", response_model=IngestJobResponse, responses=ERROR_RESPONSES, dependencies=[ingester])
     async def ingest_status(job_id: Annotated[str, PathParam(alias="id")]) -> Response:
         """An ingest started by POST /ingest: running, or its summary (succeeded) or error (failed)."""
         job = ingest_jobs.jobs.get(job_id)
@@ -320,11 +342,15 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
             metrics.index_points.set(report["store"]["points"])
         return JSONResponse(report, status_code=200 if report["status"] != "down" else 503)
 
-    @app.get("/metrics", include_in_schema=False)
+    @app.get("/metrics", include_in_schema=False, dependencies=[reader])
     async def prometheus() -> Response:
         with contextlib.suppress(Exception):  # a failing store must not break the scrape
             metrics.index_points.set(await run_in_threadpool(state["retriever"].store.count))
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[reader])
+    async def openapi() -> Response:
+        return JSONResponse(app.openapi())
 
     return app
 

@@ -13,7 +13,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rag_pipeline.errors import ConfigError, IngestFailed, InputError, RagError, Unavailable
+from rag_pipeline.errors import (
+    ConfigError,
+    Forbidden,
+    IngestFailed,
+    InputError,
+    NotAuthenticated,
+    RagError,
+    Unavailable,
+)
 from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -83,10 +91,33 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(inspect, common)
     inspect.set_defaults(run=run_inspect)
     serve = commands.add_parser("serve", parents=[common], help="run the HTTP API")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on; other than loopback only once an API key exists")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(run=run_serve)
+    add_keys_commands(commands.add_parser("keys", help="API keys of the HTTP API (hashed in <data dir>/api_keys.yaml "
+                                                       "or $RAG_API_KEYS_FILE)"), common)
     return parser
+
+
+def add_keys_commands(keys: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    from rag_pipeline.serve.keys import ROLES
+
+    actions = keys.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", parents=[common], help="create a key and print its token (shown once)")
+    create.add_argument("name", help="letters, digits, '.', '_' or '-' (at most 64)")
+    create.add_argument("--role", choices=ROLES, default="reader",
+                        help="reader: search and ask; ingester: also ingest; admin: everything (default: reader)")
+    create.add_argument("--tag", dest="tags", action="extend", nargs="+", default=[], metavar="TAG",
+                        help="the key sees only chunks with one of these tags")
+    create.add_argument("--source", dest="sources", action="extend", nargs="+", default=[], metavar="NAME",
+                        help="the key sees only chunks of these sources (payload `sources`)")
+    create.set_defaults(run=run_keys_create)
+    listing = actions.add_parser("list", parents=[common], help="the keys (names, roles, scopes; never tokens)")
+    listing.set_defaults(run=run_keys_list)
+    revoke = actions.add_parser("revoke", parents=[common], help="delete a key: its token stops working at once")
+    revoke.add_argument("name")
+    revoke.set_defaults(run=run_keys_revoke)
 
 
 def parse_filters(items: list[str]) -> dict[str, str | list[str]] | None:
@@ -299,14 +330,61 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     from rag_pipeline.serve.api import serve
+    from rag_pipeline.serve.auth import access_log
+    from rag_pipeline.serve.keys import Keyring, check_bind
 
-    serve(Settings(data_dir=args.data_dir), host=args.host, port=args.port)
+    settings = Settings(data_dir=args.data_dir)
+    check_bind(args.host, Keyring(settings))
+    access_log.setLevel(logging.INFO)
+    serve(settings, host=args.host, port=args.port)
     return 0
 
 
-# A deliberate error's exit code: 2 for bad input or configuration (fix the call), 1 for the rest. The most
-# specific class of the error's MRO that is listed here wins.
-EXIT_CODES: dict[type[RagError], int] = {RagError: 1, InputError: 2, ConfigError: 2, Unavailable: 1, IngestFailed: 1}
+def keys_path(args: argparse.Namespace) -> Path:
+    return Settings(data_dir=args.data_dir).api_keys_path
+
+
+def run_keys_create(args: argparse.Namespace) -> int:
+    from rag_pipeline.serve.keys import create_key
+
+    key, token = create_key(keys_path(args), args.name, args.role, tuple(args.tags), tuple(args.sources))
+    if args.json:
+        print(json.dumps({"name": key.name, "token": token, "role": key.role, "tags": list(key.tags),
+                          "sources": list(key.sources)}))
+    else:
+        print(f"created API key {key.name!r} (role {key.role}{scope_text(key.to_json())}); its token, shown only "
+              "now:", file=sys.stderr)
+        print(token)
+    return 0
+
+
+def run_keys_list(args: argparse.Namespace) -> int:
+    from rag_pipeline.serve.keys import read_keys
+
+    keys = [key.to_json() for key in read_keys(keys_path(args))]
+    if args.json:
+        print(json.dumps({"keys": keys}))
+    for key in [] if args.json else keys:
+        print(f"{key['name']:24} {key['role']:8} {key['created_at']}{scope_text(key)}")
+    return 0
+
+
+def scope_text(key: dict[str, Any]) -> str:
+    return "".join(f", {field}: {', '.join(key[field])}" for field in ("tags", "sources") if key[field])
+
+
+def run_keys_revoke(args: argparse.Namespace) -> int:
+    from rag_pipeline.serve.keys import revoke_key
+
+    revoke_key(keys_path(args), args.name)
+    print(json.dumps({"revoked": args.name}) if args.json else f"revoked API key {args.name!r}")
+    return 0
+
+
+# A deliberate error's exit code: 2 for bad input, configuration or credentials (fix the call), 1 for the rest. The
+# most specific class of the error's MRO that is listed here wins.
+EXIT_CODES: dict[type[RagError], int] = {RagError: 1, InputError: 2, ConfigError: 2, NotAuthenticated: 2, Forbidden: 2,
+                                         Unavailable: 1, IngestFailed: 1}
 
 
 def exit_code(error: RagError) -> int:
