@@ -535,3 +535,41 @@ def test_dashboard_queries_only_exported_metrics():
     assert any("by (endpoint, status)" in expr and "rag_http_requests_total" in expr for expr in exprs)
     assert any(expr.startswith("histogram_quantile(0.95") and "rag_http_request_seconds_bucket" in expr
                for expr in exprs)
+
+
+# --- API key ---------------------------------------------------------------------------------------------------
+
+
+def test_api_gets_its_key_and_prometheus_scrapes_with_it(compose, services, tmp_path, monkeypatch):
+    """The api serves on 0.0.0.0, so it needs a key: the token api-token writes into a volume that the api
+    (RAG_API_KEY_FILE) and Prometheus (the scrape's bearer credentials file) mount; no default token exists."""
+    token_file = environment({"environment": compose["x-rag-env"]})["RAG_API_KEY_FILE"]
+    folder = str(Path(token_file).parent)
+    writer = services["api-token"]
+    assert depends_on(services["api"])["api-token"] == "service_completed_successfully"
+    assert writer["restart"] == "no" and not writer.get("ports")
+    assert interpolate(writer["environment"]["RAG_API_KEY"]) == ""  # only from .env, never a default
+    for name, read_only in (("api-token", False), ("api", True), ("prometheus", True)):
+        (entry,) = [entry for entry in services[name]["volumes"] if str(entry).startswith("api_token:")]
+        assert entry == f"api_token:{folder}" + (":ro" if read_only else ""), name
+    (job,) = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": token_file}
+
+    # The writer's script, run on a file here: a fresh token, kept on the next start, replaced by RAG_API_KEY.
+    script = command(writer)
+    assert script[:2] == ["python", "-c"] and token_file in script[2]
+    local = tmp_path / "api_token"
+    code = script[2].replace(token_file, str(local)).replace("os.chown(path, 10001, 65534); ", "")
+    exec(code, {})
+    first = local.read_text()
+    assert first.startswith("rag_") and len(first.strip()) >= 40 and oct(local.stat().st_mode & 0o777) == "0o440"
+    from rag_pipeline.serve.keys import Keyring
+    from rag_pipeline.settings import Settings
+
+    keyring = Keyring(Settings(data_dir=tmp_path, api_key_file=local))  # the api accepts it as its admin key
+    assert keyring.lookup(first.strip()).role == "admin"
+    exec(code, {})
+    assert local.read_text() == first
+    monkeypatch.setenv("RAG_API_KEY", "k" * 40)
+    exec(code, {})
+    assert local.read_text() == "k" * 40 + "\n"
