@@ -324,7 +324,7 @@ class FailingRetriever:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def search(self, query: str, top_k: int = 5, filters: dict | None = None):
+    def search(self, query: str, top_k: int = 5, filters: dict | None = None, scope: object = None):
         raise self.error
 
     def close(self) -> None:

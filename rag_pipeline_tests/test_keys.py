@@ -144,11 +144,11 @@ def test_loopback_rules(tmp_path: Path) -> None:
 def test_serve_refuses_a_public_host_without_a_key(tmp_path: Path) -> None:
     process = subprocess.run([sys.executable, "-m", "rag_pipeline", "serve", "--host", "0.0.0.0", "--data-dir",
                               str(tmp_path)], cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120, check=False)
     assert process.returncode == 2
-    assert process.stderr.strip().splitlines() == [
+    assert process.stderr.strip().splitlines() == [(
         "rag-pipeline: refusing to serve on 0.0.0.0 without an API key: create one with `rag-pipeline keys create "
-        "NAME` (or set RAG_API_KEY), or serve on 127.0.0.1"]
+        "NAME` (or set RAG_API_KEY), or serve on 127.0.0.1")]
     assert process.stdout == ""
 
 

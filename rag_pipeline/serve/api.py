@@ -52,7 +52,7 @@ from rag_pipeline.errors import (
 )
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.result import Answer
-from rag_pipeline.index.vector_store import Scope
+from rag_pipeline.index.vector_store import Scope as KeyScope  # not the ASGI Scope
 from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
 from rag_pipeline.serve import models
@@ -283,7 +283,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     app.add_middleware(AccessLog, log_queries=settings.api_log_queries)  # the outermost: sees every response
 
     @app.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
-    async def search(body: SearchBody, scope: Annotated[Scope | None, reader]) -> Response:
+    async def search(body: SearchBody, scope: Annotated[KeyScope | None, reader]) -> Response:
         """The best `top_k` chunks for the query (hybrid retrieval, optional rerank and semantic cache)."""
         result = await run_in_threadpool(state["retriever"].search, body.query, body.top_k, body.filters or None,
                                          scope)
@@ -295,7 +295,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
               "description": 'server-sent events: "token" ({"text"}) events, then "done" (the answer with its '
                              'sources, citations and guardrail report); "error" if the stream fails midway'},
         **ERROR_RESPONSES})
-    async def ask(body: AskBody, scope: Annotated[Scope | None, reader]) -> Response:
+    async def ask(body: AskBody, scope: Annotated[KeyScope | None, reader]) -> Response:
         """The answer to the question, streamed as it is written, grounded in the retrieved chunks."""
         answerer: Answerer = state["answerer"]
         events = answerer.stream(body.question, body.top_k, body.filters or None, scope)

@@ -20,7 +20,8 @@ from typing import Annotated
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope as AsgiScope, Send
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as AsgiScope
 
 from rag_pipeline.errors import Forbidden, NotAuthenticated
 from rag_pipeline.index.vector_store import Scope
@@ -92,12 +93,25 @@ class AccessLog:
             return
         started, at = time.perf_counter(), datetime.now(UTC).isoformat(timespec="milliseconds")
         state = scope.setdefault("state", {})
-        status, body = 500, bytearray()
+        status, body, logged = 500, bytearray(), False
+
+        def write() -> None:  # once the response is complete (before its last bytes go out), or has failed
+            nonlocal logged
+            logged = True
+            endpoint = getattr(scope.get("route"), "path", None) or scope["path"][:MAX_LOGGED_CHARS]
+            record = {"time": at, "key": state.get(KEY_STATE, "-"), "method": scope["method"], "endpoint": endpoint,
+                      "status": status, "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
+            query = logged_query(bytes(body)) if self.log_queries else None
+            if query is not None:
+                record["query"] = query
+            access_log.info(json.dumps(record))
 
         async def send_logged(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                write()
             await send(message)
 
         async def receive_logged() -> Message:
@@ -109,13 +123,8 @@ class AccessLog:
         try:
             await self.app(scope, receive_logged if self.log_queries else receive, send_logged)
         finally:
-            endpoint = getattr(scope.get("route"), "path", None) or scope["path"][:MAX_LOGGED_CHARS]
-            record = {"time": at, "key": state.get(KEY_STATE, "-"), "method": scope["method"], "endpoint": endpoint,
-                      "status": status, "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
-            query = logged_query(bytes(body)) if self.log_queries else None
-            if query is not None:
-                record["query"] = query
-            access_log.info(json.dumps(record))
+            if not logged:
+                write()
 
 
 def logged_query(body: bytes) -> str | None:

@@ -37,7 +37,8 @@ TOKEN_PREFIX = "rag_"
 ENV_KEY_NAME = "env"
 MIN_ENV_TOKEN_CHARS = 32
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
-Label = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$")]
+Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200,  # a tag or source
+                                         pattern=r"^[^\x00-\x1f\x7f]+$")]
 HEADER = "# rag_pipeline API keys: SHA-256 digests of the tokens only. Manage with `rag-pipeline keys`.\n"
 
 
