@@ -169,7 +169,7 @@ class FixedRetriever(Retriever):
         super().__init__(store=None, embedder=embedder, settings=RetrievalSettings())  # type: ignore[arg-type]
         self.texts = texts
 
-    def search(self, query, top_k=10, filters=None):
+    def search(self, query, top_k=10, filters=None, scope=None):
         from rag_pipeline.retrieve.retriever import RetrievalResult
 
         hits = [Hit(f"id{i}", 1.0 - i / 10, {"path": f"docs/doc{i}.md", "text": text, "sha": f"s{i}",
