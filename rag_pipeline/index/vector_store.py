@@ -111,8 +111,9 @@ class Scope:
 
 
 def parse_filters(filters: Filters | None) -> list[Condition]:
-    """The conditions of `filters` (all must hold); ValueError for an unknown key or an unusable value."""
-    if isinstance(filters, Sequence):  # already parsed
+    """The conditions of `filters` (all must hold; parsed conditions pass through); ValueError for an unknown key or
+    an unusable value."""
+    if isinstance(filters, Sequence):
         return list(filters)
     conditions = []
     for key, value in (filters or {}).items():
