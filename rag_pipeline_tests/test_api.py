@@ -135,7 +135,7 @@ def test_malformed_and_oversized_bodies(api: str) -> None:
             yield b"y" * 1024
         yield b'"}'
 
-    response = httpx.post(f"{api}/search", content=chunked())
+    response = httpx.post(f"{api}/search", content=chunked(), headers={"content-type": "application/json"})
     assert response.status_code == 413
 
 
