@@ -147,6 +147,12 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
     api_log_queries: bool = False  # the access log also records query text
+    # Host header names the API answers besides localhost, 127.0.0.1 and [::1] (the port is ignored; an IPv6
+    # address in brackets); any other Host gets 400 invalid_host, so a DNS-rebinding page cannot reach the server.
+    api_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Browser origins (scheme://host[:port]) that may call the API cross-origin, CORS preflight included. Empty:
+    # a request whose Origin header is not the server's own origin gets 403 cross_origin.
+    api_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("fusion_weights", mode="before")
     @classmethod
@@ -155,7 +161,8 @@ class Settings(BaseSettings):
             return [float(item) for item in value.split(",") if item.strip()] or None
         return value
 
-    @field_validator("roots", "ignore", "extensions", "role_email_prefixes", mode="before")
+    @field_validator("roots", "ignore", "extensions", "role_email_prefixes", "api_allowed_hosts", "api_cors_origins",
+                     mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:
         if isinstance(value, str):

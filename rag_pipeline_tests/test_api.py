@@ -21,14 +21,20 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
+from rag_pipeline.components import open_retriever
+from rag_pipeline.errors import ConfigError, InputError, StoreLocked, StoreUnavailable
 from rag_pipeline.index.vector_store import FILTER_KEYS
+from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.serve.api import IngestJob, create_app, job_json
+from rag_pipeline.serve.cli import exit_code
+from rag_pipeline.serve.guard import JsonNesting
 from rag_pipeline.serve.models import MAX_API_TOP_K, HealthResponse, IngestJobResponse, SearchResponse
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.fake_ollama import FakeOllama
 
 from .conftest import REPO
+
+LOCAL = "http://127.0.0.1:8000"  # TestClient's base URL: an allowed host (its default, testserver, is not)
 
 
 def free_port() -> int:
@@ -38,11 +44,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_api(settings: Settings, host: str = "127.0.0.1") -> Iterator[str]:
-    """A uvicorn server with the app on a free port of `host`, in a thread, and its 127.0.0.1 URL; stopped (and
-    the store closed) on exit."""
+def running_api(settings: Settings, retriever: Retriever | None = None, host: str = "127.0.0.1") -> Iterator[str]:
+    """A uvicorn server with the app (over `retriever`, else the configured one) on a free port of `host`, in a
+    thread, and its 127.0.0.1 URL; stopped (and the store it opened closed) on exit."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning"))
+    app = create_app(settings, retriever)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 120
@@ -128,7 +135,7 @@ def test_malformed_and_oversized_bodies(api: str) -> None:
             yield b"y" * 1024
         yield b'"}'
 
-    response = httpx.post(f"{api}/search", content=chunked())
+    response = httpx.post(f"{api}/search", content=chunked(), headers={"content-type": "application/json"})
     assert response.status_code == 413
 
 
@@ -193,11 +200,9 @@ def test_ingest_then_cache_invalidation(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "pumps.md").write_text("# Pumps\n\nInspect the pump seals every month for leaks.\n")
-    settings = Settings(data_dir=tmp_path / "data", semantic_cache=True)
+    settings = Settings(data_dir=tmp_path / "data", semantic_cache=True, roots=[corpus])
     with running_api(settings) as url:
-        assert httpx.post(f"{url}/ingest", json={"roots": [str(tmp_path / "missing")]}).status_code == 400
-        assert httpx.post(f"{url}/ingest", json={"roots": []}).json()["error"]["code"] == "invalid_roots"
-        job = ingest_and_wait(url, corpus)
+        job = ingest_and_wait(url)
         assert job["summary"]["added"] == 1 and job["summary"]["failed"] == []
 
         query = {"query": "how often are the pump seals inspected", "top_k": 3}
@@ -206,7 +211,7 @@ def test_ingest_then_cache_invalidation(tmp_path: Path) -> None:
         assert httpx.post(f"{url}/search", json=query).json()["cache_hit"]
 
         (corpus / "valves.md").write_text("# Valves\n\nValves are greased every quarter.\n")
-        job = ingest_and_wait(url, corpus)
+        job = ingest_and_wait(url, {})
         assert job["summary"]["added"] == 1
         after = httpx.post(f"{url}/search", json=query).json()
         assert not after["cache_hit"]  # the index version changed
@@ -216,8 +221,9 @@ def test_ingest_then_cache_invalidation(tmp_path: Path) -> None:
         assert httpx.get(f"{url}/ingest/unknown").status_code == 404
 
 
-def ingest_and_wait(url: str, corpus: Path) -> dict:
-    started = httpx.post(f"{url}/ingest", json={"roots": [str(corpus)]}, timeout=30)
+def ingest_and_wait(url: str, body: dict | None = None) -> dict:
+    """POST /ingest (no body, or `body`) and poll the job until it finishes."""
+    started = httpx.post(f"{url}/ingest", json=body, timeout=30)
     assert started.status_code == 202
     job_id = started.json()["id"]
     assert started.headers["location"] == f"/ingest/{job_id}"
@@ -236,31 +242,43 @@ def test_serve_command(sample_index: tuple[Path, Path], tmp_path: Path) -> None:
     """`rag-pipeline serve` in its own process: healthy, searchable, stopped by SIGTERM."""
     data_dir = tmp_path / "data"
     shutil.copytree(sample_index[1], data_dir)  # its own copy: the embedded store allows one process
+    log = tmp_path / "serve.log"
+    with serve_process(data_dir, log) as (url, process):
+        assert httpx.get(f"{url}/healthz").status_code == 200
+        body = httpx.post(f"{url}/search", json={"query": "duck plumage"}).json()
+        assert body["results"] and body["warnings"] == []
+    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal so the exit status reports it
+    assert process.returncode == -signal.SIGTERM
+    assert "Traceback" not in log.read_text()
+
+
+@contextmanager
+def serve_process(data_dir: Path, log: Path, **env: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """(URL, process) of `rag-pipeline serve` in its own process on a free 127.0.0.1 port, once it answers HTTP
+    (whatever the status), with `env` added and its output in `log`; stopped by SIGTERM on exit."""
     port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rag_pipeline", "serve", "--port", str(port), "--data-dir", str(data_dir)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rag_pipeline", "serve", "--port", str(port), "--data-dir", str(data_dir)],
+            cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, stdout=output, stderr=output,
+        )
     try:
         deadline = time.monotonic() + 120
         while True:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                    break
+                httpx.get(f"{url}/healthz")
+                break
             except httpx.TransportError:
                 pass
-            assert process.poll() is None, process.stderr.read().decode()
+            assert process.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "serve did not come up"
             time.sleep(0.2)
-        body = httpx.post(f"http://127.0.0.1:{port}/search", json={"query": "duck plumage"}).json()
-        assert body["results"] and body["warnings"] == []
+        yield url, process
     finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-    # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal so the exit status reports it
-    assert process.returncode == -signal.SIGTERM
-    assert b"Traceback" not in stderr
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
 
 
 def test_ask_streams_an_llm_answer(sample_index: tuple[Path, Path], fake_ollama: FakeOllama) -> None:
@@ -294,8 +312,12 @@ def test_openapi_documents_the_bodies(api: str) -> None:
     schemas = doc["components"]["schemas"]
     for path, name in [("/search", "SearchRequest"), ("/ask", "AskRequest"), ("/ingest", "IngestRequest")]:
         operation = doc["paths"][path]["post"]
-        assert operation["requestBody"]["content"]["application/json"]["schema"] == {
-            "$ref": f"#/components/schemas/{name}"}
+        body = operation["requestBody"]["content"]["application/json"]["schema"]
+        if path == "/ingest":  # the body may be left out (or be null)
+            assert body["anyOf"] == [{"$ref": f"#/components/schemas/{name}"}, {"type": "null"}]
+            assert not operation["requestBody"].get("required")
+        else:
+            assert body == {"$ref": f"#/components/schemas/{name}"}
         assert schemas[name]["additionalProperties"] is False
         assert "422" not in operation["responses"]  # validation errors are 400s with the API's error body
         assert operation["responses"]["4XX"]["content"]["application/json"]["schema"] == {
@@ -306,7 +328,7 @@ def test_openapi_documents_the_bodies(api: str) -> None:
     assert search["top_k"]["default"] == Settings().top_k
     assert search["filters"]["anyOf"][0]["propertyNames"]["enum"] == list(FILTER_KEYS)
     assert set(schemas["AskRequest"]["properties"]) == {"question", "top_k", "filters"}
-    assert schemas["IngestRequest"]["required"] == ["roots"]
+    assert schemas["IngestRequest"]["properties"] == {}  # no paths from a client
     assert doc["paths"]["/search"]["post"]["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/SearchResponse"}
     assert "text/event-stream" in doc["paths"]["/ask"]["post"]["responses"]["200"]["content"]
@@ -339,7 +361,7 @@ class FailingRetriever:
 ])
 def test_errors_map_to_statuses(error: Exception, status: int, code: str, tmp_path: Path) -> None:
     app = create_app(Settings(data_dir=tmp_path), FailingRetriever(error))
-    with TestClient(app, raise_server_exceptions=False) as client:
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as client:
         response = client.post("/search", json={"query": "pumps"})
         assert response.status_code == status and response.json()["error"]["code"] == code
         assert "Traceback" not in response.text
@@ -349,11 +371,227 @@ def test_errors_map_to_statuses(error: Exception, status: int, code: str, tmp_pa
     assert f'rag_http_requests_total{{endpoint="/search",status="{status}"}} 1.0' in metrics
 
 
-def test_ingest_bad_input_and_job_shape(tmp_path: Path) -> None:
-    with TestClient(create_app(Settings(data_dir=tmp_path), FailingRetriever(ValueError()))) as client:
-        response = client.post("/ingest", json={"roots": [str(tmp_path)], "extra": 1})
+def test_ingest_takes_no_paths_and_needs_configured_roots(tmp_path: Path) -> None:
+    """POST /ingest syncs the server's RAG_ROOTS: a body naming paths is refused, any other field or body shape is
+    bad input, and a server without (existing) roots answers 409 before starting anything."""
+    with TestClient(create_app(Settings(data_dir=tmp_path), FailingRetriever(ValueError())), base_url=LOCAL) as client:
+        for body in ({"roots": [str(tmp_path)]}, {"roots": [str(tmp_path)], "extra": 1}, {"roots": None}):
+            response = client.post("/ingest", json=body)
+            assert response.status_code == 400 and response.json()["error"]["code"] == "paths_not_accepted"
+            assert "RAG_ROOTS" in response.json()["error"]["message"]
+        response = client.post("/ingest", json={"path": "/etc"})
         assert response.status_code == 400 and response.json()["error"]["code"] == "unknown_field"
-        response = client.post("/ingest", json={"roots": [str(tmp_path / "missing")]})
-        assert response.json()["error"]["code"] == "not_a_directory"
-        assert client.post("/ingest", json={"roots": "/a"}).json()["error"]["code"] == "invalid_roots"
+        for body in (["/etc"], "/etc", 5):
+            response = client.post("/ingest", json=body)
+            assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_body"
+        for body in (None, {}):  # no body at all, or an empty object
+            response = client.post("/ingest", json=body)
+            assert response.status_code == 409 and response.json()["error"]["code"] == "no_roots_configured"
+            assert "RAG_ROOTS" in response.json()["error"]["message"]
+    missing = Settings(data_dir=tmp_path, roots=[tmp_path / "gone"])
+    with TestClient(create_app(missing, FailingRetriever(ValueError())), base_url=LOCAL) as client:
+        response = client.post("/ingest")
+        assert response.status_code == 409 and response.json()["error"]["code"] == "roots_missing"
+        assert str(tmp_path / "gone") in response.json()["error"]["message"]
     IngestJobResponse.model_validate(job_json(IngestJob("x", ["/a"])))  # the documented shape is the served one
+
+
+# --- request screening: Host, Origin, media type, JSON nesting (serve/guard.py) ----------------------------------
+
+def test_post_bodies_must_be_json(api: str) -> None:
+    query = json.dumps({"query": "duck feathers"}).encode()
+    for headers in ({"content-type": "text/plain"}, {"content-type": "application/x-www-form-urlencoded"},
+                    {"content-type": "multipart/form-data; boundary=x"}, {}):
+        response = httpx.post(f"{api}/search", content=query, headers=headers)
+        assert response.status_code == 415, headers
+        assert response.json()["error"]["code"] == "unsupported_media_type"
+    response = httpx.post(f"{api}/search", content=query, headers={"content-type": "Application/JSON; charset=utf-8"})
+    assert response.status_code == 200 and response.json()["results"]
+    response = httpx.post(f"{api}/search")  # no body at all: not a media type problem, a missing body
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_body"
+
+
+def test_host_header_must_be_an_allowed_host(api: str) -> None:
+    port = api.rsplit(":", 1)[1]
+    for host in (f"localhost:{port}", "LOCALHOST", f"127.0.0.1:{port}", "[::1]", f"[::1]:{port}"):
+        response = httpx.get(f"{api}/healthz", headers={"host": host})
+        assert response.status_code == 200, host
+    for host in ("evil.example", f"evil.example:{port}", "localhost.evil.example", "127.0.0.1.nip.io",
+                 "evil.example@localhost", "[::2]", "", "localhost:x"):
+        response = httpx.post(f"{api}/search", json={"query": "duck"}, headers={"host": host})
+        assert response.status_code == 400, host
+        assert response.json()["error"]["code"] == "invalid_host"
+
+
+def test_cross_origin_requests_are_refused(api: str) -> None:
+    for origin in ("http://evil.example", "null", api.replace("127.0.0.1", "localhost"), api + "1"):
+        response = httpx.post(f"{api}/search", json={"query": "duck"}, headers={"origin": origin})
+        assert response.status_code == 403 and response.json()["error"]["code"] == "cross_origin", origin
+        assert "access-control-allow-origin" not in response.headers
+    preflight = httpx.options(f"{api}/search", headers={"origin": "http://evil.example",
+                                                        "access-control-request-method": "POST"})
+    assert preflight.status_code == 403 and "access-control-allow-origin" not in preflight.headers
+    same_origin = httpx.post(f"{api}/search", json={"query": "duck"}, headers={"origin": api})
+    assert same_origin.status_code == 200
+
+
+def test_configured_hosts_and_cors_origins(sample_index: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAG_API_ALLOWED_HOSTS", "rag.internal, 10.0.0.7")
+    monkeypatch.setenv("RAG_API_CORS_ORIGINS", "https://app.example,http://localhost:5173")
+    settings = Settings(data_dir=sample_index[1])
+    assert settings.api_allowed_hosts == ["rag.internal", "10.0.0.7"]
+    with running_api(settings) as url:
+        for host in ("rag.internal:8443", "10.0.0.7", "localhost"):
+            assert httpx.get(f"{url}/healthz", headers={"host": host}).status_code == 200
+        assert httpx.get(f"{url}/healthz", headers={"host": "other.internal"}).status_code == 400
+        preflight = httpx.options(f"{url}/search", headers={
+            "origin": "https://app.example", "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+        assert "POST" in preflight.headers["access-control-allow-methods"]
+        response = httpx.post(f"{url}/search", json={"query": "duck"}, headers={"origin": "http://localhost:5173"})
+        assert response.status_code == 200 and response.json()["results"]
+        assert response.headers["access-control-allow-origin"] == "http://localhost:5173"
+        refused = httpx.options(f"{url}/search", headers={"origin": "https://evil.example",
+                                                          "access-control-request-method": "POST"})
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "cross_origin"
+
+
+@pytest.mark.parametrize(("body", "code"), [
+    (b'{"query": "x", "filters": {"doc_type": ' + b"[" * 30 + b"]" * 30 + b"}}", "invalid_request"),  # 32 deep: ok
+    (b'{"query": "x", "filters": {"doc_type": ' + b"[" * 31 + b"]" * 31 + b"}}", "invalid_json"),  # 33 deep
+    (b"[" * 33 + b"]" * 33, "invalid_json"),
+    (b"{" * 40, "invalid_json"),
+    (b'{"a": ' * 50_000, "invalid_json"),  # over the body limit too: either refusal is a 4xx
+])
+def test_json_nesting_limit(api: str, body: bytes, code: str) -> None:
+    response = httpx.post(f"{api}/search", content=body, headers={"content-type": "application/json"})
+    assert 400 <= response.status_code < 500 and "Traceback" not in response.text
+    if len(body) < Settings().api_max_body_bytes:
+        assert response.status_code == 400 and response.json()["error"]["code"] == code
+
+
+def test_brackets_inside_strings_do_not_count(api: str) -> None:
+    query = '[{"\\"[{' * 40 + " duck feathers"
+    response = httpx.post(f"{api}/search", json={"query": query, "top_k": 2})
+    assert response.status_code == 200 and response.json()["results"]
+
+
+def test_json_nesting_across_pieces() -> None:
+    """The scan keeps its state between the pieces a body arrives in, escapes included."""
+    text = b'{"a": "\\\\", "b": "\\"[[[", "c": [[[1]]]}'
+    for cut in range(len(text) + 1):
+        nesting = JsonNesting()
+        nesting.feed(text[:cut])
+        assert nesting.feed(text[cut:]) == 4, cut
+    nesting = JsonNesting()
+    for piece in (b'["', b"\\", b'"[[[[", 1]'):  # the escaped quote arrives in the piece after its backslash
+        deepest = nesting.feed(piece)
+    assert deepest == 1
+
+
+# --- a store that is down: 503s naming the store and the setting, no dead server, recovery without a restart -----
+
+def test_server_store_down_at_startup(tmp_path: Path) -> None:
+    """`rag-pipeline serve` with RAG_QDRANT_URL at a closed port (qdrant-client's real connection error): the
+    server starts without a traceback, /healthz is 503 naming the store and RAG_QDRANT_URL, requests get 503s."""
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with serve_process(tmp_path / "data", log, RAG_QDRANT_URL=f"http://127.0.0.1:{port}") as (url, process):
+        health = httpx.get(f"{url}/healthz")
+        assert health.status_code == 503
+        report = health.json()
+        assert report["status"] == "down" and report["store"]["ok"] is False
+        assert report["store"]["backend"] == f"http://127.0.0.1:{port}"
+        assert f"127.0.0.1:{port}" in report["store"]["error"] and "RAG_QDRANT_URL" in report["store"]["error"]
+        assert report["store"]["collection"].startswith("chunks__") and report["embedder"]["ok"]
+        HealthResponse.model_validate(report)
+        for path, body in (("/search", {"query": "duck"}), ("/ask", {"question": "What do ducks eat?"})):
+            response = httpx.post(f"{url}{path}", json=body)
+            assert response.status_code == 503 and response.json()["error"]["code"] == "store_unavailable"
+            assert "RAG_QDRANT_URL" in response.json()["error"]["message"]
+        assert httpx.get(f"{url}/metrics").status_code == 200
+        assert process.poll() is None  # still serving
+    output = log.read_text()
+    assert "Traceback" not in output and 'File "' not in output
+    assert "serving without the vector store until it can be opened" in output
+
+
+def test_server_store_that_goes_down_recovers(tmp_path: Path) -> None:
+    """An open server store whose server stops answering (its client pointed at a closed port) fails searches
+    and /healthz with 503s naming the store and RAG_QDRANT_URL; once the server answers again (the client pointed
+    back) the same server serves again, without a restart."""
+    from qdrant_client import QdrantClient
+
+    settings = Settings(data_dir=tmp_path, qdrant_url=":memory:")
+    retriever = open_retriever(settings)
+    store = retriever.store
+    live, port = store.client, free_port()  # type: ignore[attr-defined]
+    try:
+        with running_api(settings, retriever) as url:
+            assert httpx.post(f"{url}/search", json={"query": "duck"}).status_code == 200
+            store.client = QdrantClient(url=f"http://127.0.0.1:{port}", timeout=2)  # type: ignore[attr-defined]
+            response = httpx.post(f"{url}/search", json={"query": "duck"})
+            assert response.status_code == 503 and response.json()["error"]["code"] == "store_unavailable"
+            health = httpx.get(f"{url}/healthz")
+            assert health.status_code == 503 and health.json()["status"] == "down"
+            assert f"127.0.0.1:{port}" in health.json()["store"]["error"]
+            assert "RAG_QDRANT_URL" in health.json()["store"]["error"]
+            store.client.close()  # type: ignore[attr-defined]
+            store.client = live  # type: ignore[attr-defined]
+            assert httpx.post(f"{url}/search", json={"query": "duck"}).status_code == 200
+            assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
+    finally:
+        retriever.close()
+
+
+@pytest.mark.slow
+def test_locked_store_cli_error_and_serve_recovery(sample_index: tuple[Path, Path], tmp_path: Path) -> None:
+    """While one `serve` holds the embedded store: a CLI search exits with StoreLocked's exit code and one line
+    (with --json, the error object on stdout); a second `serve` starts anyway and answers 503 until the first
+    stops, then serves the same index without a restart."""
+    data_dir = tmp_path / "data"
+    shutil.copytree(sample_index[1], data_dir)
+    with serve_process(data_dir, tmp_path / "holder.log") as (holder_url, holder):
+        assert httpx.get(f"{holder_url}/healthz").status_code == 200
+        command = [sys.executable, "-m", "rag_pipeline", "search", "duck", "--data-dir", str(data_dir)]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        for extra in ([], ["--json"]):
+            done = subprocess.run(command + extra, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+            assert done.returncode == exit_code(StoreLocked("x")) == 1
+            [line] = done.stderr.splitlines()
+            assert line.startswith("rag-pipeline: the embedded vector store") and f"pid {holder.pid}" in line
+            assert "RAG_QDRANT_URL" in line
+            if extra:
+                assert json.loads(done.stdout)["error"]["code"] == "store_locked"
+            else:
+                assert done.stdout == ""
+
+        log = tmp_path / "second.log"
+        with serve_process(data_dir, log) as (url, _):
+            health = httpx.get(f"{url}/healthz")
+            assert health.status_code == 503 and f"pid {holder.pid}" in health.json()["store"]["error"]
+            response = httpx.post(f"{url}/search", json={"query": "duck plumage"})
+            assert response.status_code == 503 and response.json()["error"]["code"] == "store_locked"
+            holder.send_signal(signal.SIGTERM)
+            holder.wait(timeout=30)
+            deadline = time.monotonic() + 30
+            while (response := httpx.post(f"{url}/search", json={"query": "duck plumage"})).status_code != 200:
+                assert response.status_code == 503 and time.monotonic() < deadline
+                time.sleep(0.2)
+            assert response.json()["results"] and httpx.get(f"{url}/healthz").json()["status"] == "ok"
+    output = log.read_text()
+    assert "Traceback" not in output and "serving without the vector store" in output
+
+
+@pytest.mark.parametrize(("path", "body", "code"), [
+    ("/search", b'{"query": "duck \\ud800"}', "empty_query"),
+    ("/ask", b'{"question": "\\udfff ducks?"}', "empty_question"),
+    ("/search", b'{"query": "duck", "filters": {"path": "\\ud83d"}}', "invalid_request"),
+    ("/search", b'{"query": "duck", "filters": {"tags": ["ok", "\\ud800x"]}}', "invalid_request"),
+])
+def test_lone_surrogates_are_bad_input(api: str, path: str, body: bytes, code: str) -> None:
+    """JSON escapes can spell text no UTF-8 holds; it is refused before it reaches the store or the response."""
+    response = httpx.post(f"{api}{path}", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == code

@@ -343,7 +343,9 @@ def test_without_keys_only_loopback_is_served(tagged_index: Path, tmp_path: Path
     RAG_API_LOG_QUERIES the access log records the query."""
     caplog.set_level(logging.INFO, logger="rag_pipeline.access")
     address = non_loopback_address()
-    settings = Settings(data_dir=tagged_index, api_keys_file=tmp_path / "no_keys.yaml", api_log_queries=True)
+    # the machine's address is an allowed Host, so the request passes the Host screening and reaches the key check
+    settings = Settings(data_dir=tagged_index, api_keys_file=tmp_path / "no_keys.yaml", api_log_queries=True,
+                        api_allowed_hosts=[address])
     with running_api(settings, host="0.0.0.0") as url:
         local = search(url, "", CONTRACT_QUESTION)  # no key needed on loopback; no scope
         assert "legal" in folders(local["results"])

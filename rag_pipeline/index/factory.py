@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rag_pipeline.index.vector_store import HnswSettings, VectorStore, collection_name
+from rag_pipeline.index.vector_store import (
+    HnswSettings,
+    VectorStore,
+    collection_name,
+    is_connection_error,
+    store_unreachable,
+)
 
 
 def open_vector_store(
@@ -24,6 +30,7 @@ def open_vector_store(
 
     qdrant_url=":memory:" selects one process-wide in-memory client (the server code path, in-process).
     `collection` overrides the name derived from the model (for a second collection such as the query cache).
+    A server that cannot be reached raises StoreUnavailable naming it and RAG_QDRANT_URL.
     """
     collection = collection or collection_name(model_id, dimension)
     if qdrant_url == ":memory:":
@@ -34,7 +41,14 @@ def open_vector_store(
         from rag_pipeline.index.server_store import ServerStore, connect
 
         client = connect(url=qdrant_url, api_key=qdrant_api_key, location=location)
-        return ServerStore(client, collection, dimension, hnsw)
+        try:
+            return ServerStore(client, collection, dimension, hnsw)
+        except Exception as error:
+            client.close()
+            if is_connection_error(error):
+                raise store_unreachable(f"Qdrant server {qdrant_url or location} (collection {collection})",
+                                        error) from error
+            raise
     from rag_pipeline.index.edge_store import open_edge_store
 
     return open_edge_store(data_dir / "qdrant_edge" / collection, collection, dimension, hnsw)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
 
-from rag_pipeline.errors import ConfigError, InputError
+from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
 
 DENSE = "dense"
 SPARSE = "bm25"
@@ -177,6 +177,39 @@ class HnswSettings:
 def new_index_version() -> str:
     """A fresh index version: sortable by time, unique across writers."""
     return f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"
+
+
+def is_connection_error(error: BaseException) -> bool:
+    """True when the error (or one it was raised from) means the store's server could not be reached."""
+    kinds: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    try:
+        import httpx
+
+        kinds.append(httpx.TransportError)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from qdrant_client.http.exceptions import ResponseHandlingException
+
+        kinds.append(ResponseHandlingException)
+    except ImportError:  # pragma: no cover
+        pass
+    seen = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, tuple(kinds)):
+            return True
+        if type(current).__name__ in ("RpcError", "_InactiveRpcError"):  # grpc, without importing it
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def store_unreachable(where: str, error: BaseException) -> StoreUnavailable:
+    """The error of a store server that cannot be reached: names the store (`where`) and the setting to fix."""
+    return StoreUnavailable(f"vector store unreachable: {where}: {error}. Start the Qdrant server, or point "
+                            "RAG_QDRANT_URL at a reachable one (unset it to use the embedded store)")
 
 
 def collection_name(model_id: str, dimension: int) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rag_pipeline.embedder import Embedder
-from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
+from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import (
     Condition,
@@ -27,7 +27,9 @@ from rag_pipeline.index.vector_store import (
     Scope,
     VectorStore,
     check_fusion,
+    is_connection_error,
     parse_filters,
+    store_unreachable,
 )
 from rag_pipeline.retrieve import fusion as fusion_functions
 from rag_pipeline.retrieve.fragments import split_fragments
@@ -113,33 +115,6 @@ def hit_json(hit: Hit) -> dict[str, Any]:
         "sha": payload.get("sha"), "doc_type": payload.get("doc_type"), "tags": payload.get("tags") or [],
         "score": hit.score, "text": payload.get("text", ""),
     }
-
-
-def _connection_error(error: BaseException) -> bool:
-    """True when the error (or one it was raised from) means the store's server could not be reached."""
-    kinds: list[type[BaseException]] = [ConnectionError, TimeoutError]
-    try:
-        import httpx
-
-        kinds.append(httpx.TransportError)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from qdrant_client.http.exceptions import ResponseHandlingException
-
-        kinds.append(ResponseHandlingException)
-    except ImportError:  # pragma: no cover
-        pass
-    seen = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, tuple(kinds)):
-            return True
-        if type(current).__name__ in ("RpcError", "_InactiveRpcError"):  # grpc, without importing it
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def describe_store(store: VectorStore) -> str:
@@ -348,11 +323,8 @@ class Retriever:
         try:
             return call()
         except Exception as error:
-            if _connection_error(error):
-                raise StoreUnavailable(
-                    f"vector store unreachable: {describe_store(self.store)}: {error}. Start the Qdrant server, or "
-                    "point RAG_QDRANT_URL at a reachable one (unset it to use the embedded store)"
-                ) from error
+            if is_connection_error(error):
+                raise store_unreachable(describe_store(self.store), error) from error
             raise
 
 

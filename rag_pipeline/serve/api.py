@@ -2,15 +2,16 @@
 
     POST /search       {"query", "top_k"?, "filters"?}     -> {"results": [...], "timings_ms", "warnings", ...}
     POST /ask          {"question", "top_k"?, "filters"?}  -> server-sent events: "token" events, then "done"
-    POST /ingest       {"roots": [...]}                     -> 202 {"id", "status"}; GET /ingest/{id} for progress
+    POST /ingest       empty or {}: sync RAG_ROOTS          -> 202 {"id", "status"}; GET /ingest/{id} for progress
     GET  /healthz      store, embedder and LLM status (503 when the store is down)
     GET  /metrics      Prometheus text format
     GET  /openapi.json the OpenAPI document: the bodies above as JSON schemas (serve/models.py); no docs UI
 
 Every error is {"error": {"code", "message"}}: a RagError gets the status of its kind (HTTP_STATUS), a body that
-fails validation a 400 whose code names the field (models.input_error), anything else a 500 with no trace.
-With API keys (serve/keys.py) every route but /healthz needs a bearer token of a role (serve/auth.py); a key's
-scope filters /search and /ask.
+fails validation a 400 whose code names the field (models.input_error), a request the screening refuses (Host,
+Origin, media type, JSON nesting: serve/guard.py) its 4xx, anything else a 500 with no trace. A store that is down
+gives 503s, not a dead server (serve/runtime.py). With API keys (serve/keys.py) every route but /healthz needs a
+bearer token of a role (serve/auth.py); a key's scope filters /search and /ask.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations, and the request models of
@@ -39,7 +40,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rag_pipeline import components
 from rag_pipeline.errors import (
     ConfigError,
     Conflict,
@@ -53,10 +53,10 @@ from rag_pipeline.errors import (
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.result import Answer
 from rag_pipeline.index.vector_store import Scope as KeyScope  # not the ASGI Scope
-from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
-from rag_pipeline.serve import models
+from rag_pipeline.serve import guard, models
 from rag_pipeline.serve.auth import AccessLog, Auth
+from rag_pipeline.serve.guard import error_response
 from rag_pipeline.serve.models import (
     AskRequest,
     ErrorResponse,
@@ -66,6 +66,7 @@ from rag_pipeline.serve.models import (
     SearchRequest,
     SearchResponse,
 )
+from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -95,10 +96,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def http_status(error: RagError) -> int:
     return next(HTTP_STATUS[kind] for kind in type(error).__mro__ if kind in HTTP_STATUS)
-
-
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
 class Metrics:
@@ -234,7 +231,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     settings = settings or Settings()
     metrics = Metrics()
     ingest_jobs = IngestJobs(settings.data_dir)
-    state: dict[str, Any] = {}
+    runtime = Runtime(settings, retriever)
     SearchBody = models.with_default_top_k(SearchRequest, settings.top_k)
     AskBody = models.with_default_top_k(AskRequest, settings.top_k)
     bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest}  # route -> its body model
@@ -243,14 +240,11 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        owned = retriever is None
-        state["retriever"] = retriever or await run_in_threadpool(components.open_retriever, settings)
+        await run_in_threadpool(runtime.start)  # a store that is down does not stop the server: 503s until it is up
         try:
-            state["answerer"] = components.answerer(settings, state["retriever"])
             yield
         finally:
-            if owned:
-                state["retriever"].close()
+            runtime.close()
 
     async def rag_error(request: Request, error: RagError) -> Response:
         status = http_status(error)
@@ -275,9 +269,9 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     app = FastAPI(
         title="rag_pipeline", summary="Search, answers, ingest and health of the RAG platform",
         lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,  # /openapi.json below, behind auth
-        strict_content_type=False,  # like before: a JSON body without a Content-Type is still read as JSON
         exception_handlers={RagError: rag_error, RequestValidationError: invalid_body, HTTPException: http_error},
-        middleware=[Middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.api_max_body_bytes)],
+        middleware=[Middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.api_max_body_bytes),
+                    *guard.middleware(settings)],
     )
 
     app.add_middleware(AccessLog, log_queries=settings.api_log_queries)  # the outermost: sees every response
@@ -285,9 +279,9 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     @app.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
     async def search(body: SearchBody, scope: Annotated[KeyScope | None, reader]) -> Response:
         """The best `top_k` chunks for the query (hybrid retrieval, optional rerank and semantic cache)."""
-        result = await run_in_threadpool(state["retriever"].search, body.query, body.top_k, body.filters or None,
-                                         scope)
-        metrics.observe_retrieval(result, state["retriever"].cache is not None)
+        retriever = await run_in_threadpool(runtime.retriever)
+        result = await run_in_threadpool(retriever.search, body.query, body.top_k, body.filters or None, scope)
+        metrics.observe_retrieval(result, retriever.cache is not None)
         return JSONResponse(result.to_json())  # the contract's own JSON, as `search --json` writes it
 
     @app.post("/ask", response_class=StreamingResponse, responses={
@@ -297,7 +291,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         **ERROR_RESPONSES})
     async def ask(body: AskBody, scope: Annotated[KeyScope | None, reader]) -> Response:
         """The answer to the question, streamed as it is written, grounded in the retrieved chunks."""
-        answerer: Answerer = state["answerer"]
+        answerer: Answerer = await run_in_threadpool(runtime.answerer)
         events = answerer.stream(body.question, body.top_k, body.filters or None, scope)
         first = await run_in_threadpool(next, events)  # retrieval errors surface here, before the stream starts
 
@@ -317,12 +311,17 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
 
     @app.post("/ingest", status_code=202, response_model=IngestJobResponse, responses=ERROR_RESPONSES,
               dependencies=[ingester])
-    async def start_ingest(body: IngestRequest) -> Response:
-        """Start ingesting the folders (one ingest at a time); poll the Location for progress."""
-        missing = [root for root in body.roots if not Path(root).is_dir()]
+    async def start_ingest(body: IngestRequest | None = None) -> Response:
+        """Start syncing the server's configured roots (RAG_ROOTS), one ingest at a time; poll the Location for
+        progress. The body is empty or {}: a request never names paths."""
+        if not settings.roots:
+            raise Conflict("the server has no roots to ingest: set RAG_ROOTS (comma-separated folders) where it runs",
+                           code="no_roots_configured")
+        missing = [str(root) for root in settings.roots if not root.is_dir()]
         if missing:
-            raise InputError(f"not a directory: {', '.join(missing)}", code="not_a_directory")
-        job = ingest_jobs.start(body.roots)
+            raise Conflict(f"configured root(s) not a directory: {', '.join(missing)} (RAG_ROOTS)",
+                           code="roots_missing")
+        job = ingest_jobs.start([str(root) for root in settings.roots])
         return JSONResponse(job_json(job), status_code=202, headers={"Location": f"/ingest/{job.id}"})
 
     @app.get("/ingest/{id}", response_model=IngestJobResponse, responses=ERROR_RESPONSES, dependencies=[ingester])
@@ -337,7 +336,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
              responses={503: {"model": HealthResponse, "description": "the store is down"}})
     async def healthz() -> Response:
         """Status of the store, the embedder, the reranker, the semantic cache and the LLM."""
-        report = await run_in_threadpool(health, state["retriever"], settings)
+        report = await run_in_threadpool(runtime.health)
         if report["store"]["ok"]:
             metrics.index_points.set(report["store"]["points"])
         return JSONResponse(report, status_code=200 if report["status"] != "down" else 503)
@@ -345,7 +344,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     @app.get("/metrics", include_in_schema=False, dependencies=[reader])
     async def prometheus() -> Response:
         with contextlib.suppress(Exception):  # a failing store must not break the scrape
-            metrics.index_points.set(await run_in_threadpool(state["retriever"].store.count))
+            metrics.index_points.set(await run_in_threadpool(lambda: runtime.retriever().store.count()))
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[reader])
@@ -358,35 +357,6 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
 def job_json(job: IngestJob) -> dict[str, Any]:
     return {"id": job.id, "status": job.status, "roots": job.roots, "started_at": job.started_at,
             "finished_at": job.finished_at, "summary": job.summary, "error": job.error}
-
-
-def health(retriever: Retriever, settings: Settings) -> dict[str, Any]:
-    """Status of the store, the embedder, the reranker, the cache and the LLM. "down" when the store is."""
-    store: dict[str, Any] = {"collection": retriever.store.collection, "backend": settings.qdrant_url or "embedded"}
-    try:
-        info = retriever.store.info()
-        store.update(ok=True, points=info["points"], index_version=info["index_version"])
-    except Exception as error:
-        store.update(ok=False, error=f"{type(error).__name__}: {error}")
-    embedder: dict[str, Any] = {"ok": retriever.embedder is not None,
-                                "model": getattr(retriever.embedder, "model_id", None)}
-    if retriever.embedder is not None:
-        try:
-            retriever.embedder.embed_query("health check")
-        except Exception as error:
-            embedder.update(ok=False, error=f"{type(error).__name__}: {error}")
-    if not embedder["ok"]:
-        embedder.setdefault("error", "embedder unavailable: searches fall back to BM25 only")
-    llm_client = build_llm(settings)
-    llm = {"configured": False} if llm_client is None else {"configured": True, **llm_client.status()}
-    status = "down" if not store["ok"] else "ok" if embedder["ok"] else "degraded"
-    return {
-        "status": status, "store": store, "embedder": embedder, "llm": llm,
-        "reranker": {"configured": retriever.reranker is not None,
-                     "model": retriever.reranker.model_id if retriever.reranker else None},
-        "semantic_cache": {"enabled": retriever.cache is not None},
-        "hyde": retriever.hyde.mode if retriever.hyde else "off",
-    }
 
 
 def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> None:

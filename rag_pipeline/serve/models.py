@@ -20,15 +20,25 @@ from rag_pipeline.retrieve.retriever import Mode
 MAX_API_TOP_K = 100
 
 
+def _unicode(text: str) -> str:
+    """`text`, if it is valid Unicode: JSON's escapes can spell a lone surrogate, which no UTF-8 text holds."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise ValueError("it holds a lone surrogate (not valid Unicode)") from None
+    return text
+
+
 def _not_blank(text: str) -> str:
     if not text.strip():
         raise ValueError("it is blank")
     return text
 
 
-Text = Annotated[StrictStr, AfterValidator(_not_blank)]
+String = Annotated[StrictStr, AfterValidator(_unicode)]
+Text = Annotated[String, AfterValidator(_not_blank)]
 TopK = Annotated[int, Field(strict=True, ge=1, le=MAX_API_TOP_K, description="how many results (1 to 100)")]
-FilterValue = StrictStr | Annotated[list[StrictStr], Field(min_length=1)]
+FilterValue = String | Annotated[list[String], Field(min_length=1)]
 Filters = dict[Literal[FILTER_KEYS], FilterValue]  # type: ignore[valid-type]  # the keys are FILTER_KEYS
 FILTERS_DESCRIPTION = "field: value (or a list of values, any of which matches); every condition must hold"
 
@@ -54,9 +64,8 @@ class AskRequest(StrictBody):
 
 
 class IngestRequest(StrictBody):
-    """POST /ingest: the folders to ingest (as the server sees them)."""
-
-    roots: Annotated[list[Annotated[StrictStr, Field(min_length=1)]], Field(min_length=1)]
+    """POST /ingest: no fields (or no body at all). The server syncs its configured roots (RAG_ROOTS); a request
+    naming paths is refused (paths_not_accepted)."""
 
 
 def with_default_top_k(model: type[StrictBody], top_k: int) -> type[StrictBody]:
@@ -161,7 +170,6 @@ FIELD_RULES = {
     "question": ("empty_question", "must be a non-empty string"),
     "top_k": ("invalid_top_k", f"must be an integer from 1 to {MAX_API_TOP_K}"),
     "filters": ("invalid_filters", "must be an object of field: value"),
-    "roots": ("invalid_roots", "must be a non-empty list of folder paths"),
 }
 _short = reprlib.Repr()  # a bad value, cut short and a few levels deep (a body can nest deeply)
 _short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60
@@ -178,11 +186,13 @@ def input_error(errors: Sequence[dict[str, Any]], allowed: Iterable[str] = ()) -
         return InputError(f"the body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}"
                           f" (at character {loc[0] if loc else 0})", code="invalid_json")
     if not loc:
-        sent_as = " sent as application/json" if isinstance(first.get("input"), bytes) else ""  # other media type
-        return InputError(f"the body must be a JSON object{sent_as}", code="invalid_body")
+        return InputError("the body must be a JSON object", code="invalid_body")
     if kind == "extra_forbidden":
         unknown = [str(error["loc"][-1]) for error in errors if error["type"] == "extra_forbidden"]
-        return InputError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}",
+        if "roots" in unknown:
+            return InputError("the API takes no filesystem paths: POST /ingest syncs the roots the server is "
+                              "configured with (RAG_ROOTS); send an empty body or {}", code="paths_not_accepted")
+        return InputError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed)) or 'none'}",
                           code="unknown_field")
     field = str(loc[0])
     if field == "filters" and len(loc) > 2:

@@ -1,0 +1,128 @@
+"""The components the HTTP API serves with (retriever and answerer) and their health, kept usable while the
+store is down.
+
+The server starts whether or not the vector store can be reached. While it cannot (a Qdrant server that is down,
+an embedded store another process holds), every request that needs it gets StoreUnavailable (503) and /healthz
+names the store and the setting; the next request after REOPEN_INTERVAL_S tries to open it again, so the server
+recovers without a restart. An open server store that goes down later fails its queries the same way (the
+retriever's StoreUnavailable) and serves again once the server is back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rag_pipeline import components
+from rag_pipeline.embedder import Embedder, EmbedderUnavailable
+from rag_pipeline.errors import StoreUnavailable
+from rag_pipeline.generate.answerer import Answerer
+from rag_pipeline.index.vector_store import collection_name, is_connection_error, store_unreachable
+from rag_pipeline.llm import build_llm
+from rag_pipeline.retrieve.retriever import Retriever, describe_store
+from rag_pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
+REOPEN_INTERVAL_S = 1.0  # while the store is down, at most one attempt to open it per interval
+
+
+class Runtime:
+    """The retriever (`retriever`, else opened from `settings`) and its answerer; `close()` releases what it
+    opened."""
+
+    def __init__(self, settings: Settings, retriever: Retriever | None = None) -> None:
+        self.settings = settings
+        self.owned = retriever is None
+        self._retriever = retriever
+        self._answerer: Answerer | None = None
+        self.error: StoreUnavailable | None = None  # why the store could not be opened, until it is
+        self._next_attempt = 0.0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Open the components now if the store can be reached; if not, log why and serve 503s until it can."""
+        try:
+            self.answerer()
+        except StoreUnavailable as error:
+            log.warning("serving without the vector store until it can be opened: %s", error)
+
+    def retriever(self) -> Retriever:
+        """The open retriever; StoreUnavailable while the store cannot be opened."""
+        return self._open()[0]
+
+    def answerer(self) -> Answerer:
+        return self._open()[1]
+
+    def _open(self) -> tuple[Retriever, Answerer]:
+        with self._lock:
+            if self._retriever is None:
+                if self.error is not None and time.monotonic() < self._next_attempt:
+                    raise self.error
+                try:
+                    self._retriever = components.open_retriever(self.settings)
+                except StoreUnavailable as error:
+                    self.error, self._next_attempt = error, time.monotonic() + REOPEN_INTERVAL_S
+                    raise
+                self.error = None
+            if self._answerer is None:
+                self._answerer = components.answerer(self.settings, self._retriever)
+            return self._retriever, self._answerer
+
+    def close(self) -> None:
+        with self._lock:
+            if self.owned and self._retriever is not None:
+                self._retriever.close()
+            self._retriever = self._answerer = None
+
+    def health(self) -> dict[str, Any]:
+        """Status of the store, the embedder, the reranker, the cache and the LLM. "down" when the store is (also
+        while it cannot be opened: then the rest is what the settings configure)."""
+        settings = self.settings
+        try:
+            retriever: Retriever | None = self.retriever()
+        except StoreUnavailable:
+            retriever = None
+        store: dict[str, Any] = {"backend": settings.qdrant_url or "embedded"}
+        if retriever is None:
+            assert self.error is not None
+            dimension = components.embedding_dimension(settings)
+            store.update(collection=collection_name(settings.embedding_model_id, dimension), ok=False,
+                         error=self.error.message)
+            embedder = embedder_health(lambda: components.embedder(settings))
+            reranker = {"configured": bool(settings.rerank_model_path), "model": settings.rerank_model_path}
+            cache, hyde = settings.semantic_cache, settings.hyde
+        else:
+            store["collection"] = retriever.store.collection
+            try:
+                info = retriever.store.info()
+                store.update(ok=True, points=info["points"], index_version=info["index_version"])
+            except Exception as error:
+                if is_connection_error(error):
+                    error = store_unreachable(describe_store(retriever.store), error)
+                store.update(ok=False, error=f"{type(error).__name__}: {error}")
+            embedder = embedder_health(lambda: retriever.embedder)
+            reranker = {"configured": retriever.reranker is not None,
+                        "model": retriever.reranker.model_id if retriever.reranker else None}
+            cache, hyde = retriever.cache is not None, retriever.hyde.mode if retriever.hyde else "off"
+        llm_client = build_llm(settings)
+        llm = {"configured": False} if llm_client is None else {"configured": True, **llm_client.status()}
+        status = "down" if not store["ok"] else "ok" if embedder["ok"] else "degraded"
+        return {"status": status, "store": store, "embedder": embedder, "llm": llm, "reranker": reranker,
+                "semantic_cache": {"enabled": cache}, "hyde": hyde}
+
+
+def embedder_health(get_embedder: Callable[[], Embedder | None]) -> dict[str, Any]:
+    """Whether the query embedder (None: none could be loaded) embeds a query."""
+    embedder = None
+    try:
+        embedder = get_embedder()
+        if embedder is None:
+            raise EmbedderUnavailable("embedder unavailable")
+        embedder.embed_query("health check")
+    except Exception as error:
+        return {"ok": False, "model": getattr(embedder, "model_id", None),
+                "error": f"{type(error).__name__}: {error}: searches fall back to BM25 only"}
+    return {"ok": True, "model": embedder.model_id}
