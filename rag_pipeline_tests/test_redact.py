@@ -82,6 +82,10 @@ SECRETS = [
     ("The deploy token is 'pl4ceKeep' for now.", "token", "pl4ceKeep"),
     # detect-secrets' provider formats that our own rules do not know.
     ("gitlab glpat-Xy7aBc9dEf2gHi4jKl6m in CI", "gitlab_token", "glpat-Xy7aBc9dEf2gHi4jKl6m"),
+    ("hub 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 read", "huggingface_token", "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"),
+    ("npm npm_TYBDOOh6YYdolYcyLSg55JaSAfuuCKU4JQan publish", "npm_token", "npm_TYBDOOh6YYdolYcyLSg55JaSAfuuCKU4JQan"),
+    ("Its secret access key is ES3/hANDKsstDzno6AYEISy6s6OFx05VTV+ogdrw yearly", "secret",
+     "ES3/hANDKsstDzno6AYEISy6s6OFx05VTV+ogdrw"),
     ("twilio SK2b7c9f0e1d3a4b5c6d7e8f9a0b1c2d3e sid", "twilio_api_key", "SK2b7c9f0e1d3a4b5c6d7e8f9a0b1c2d3e"),
     ("mail 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 sent", "sendgrid_api_key",
      "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"),
@@ -159,6 +163,8 @@ KEEP = [
     "model Wav2Vec2ForSequenceClassification and Qwen/Qwen3-30B-A3B-Base",
     "layer sha256_checksum_v2_20240115 in snake_case",
     "a Donaudampfschifffahrtsgesellschaftskapitaen is long",
+    "md5 10aa4ff7691c548d68d7b79d6bd1ace2 of the archive",
+    "Example: ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
     "see https://github.com/example-org/rag-pipeline/blob/main/src/rag_pipeline/settings_v2.py",
     "path /usr/lib/python3.11/site-packages/pytest_asyncio-0.23.5.dist-info",
     "clone git@github.com:example-org/rag-pipeline.git",
@@ -273,7 +279,7 @@ def test_pathological_input_is_linear(text: str) -> None:
 # The blocking check's detector (ingest/secret_check.py) is independent of the redactor.
 MISSED_BY_REDACTOR = [
     ("Use Zq8!vPl2xK as the admin password.", "credential", "Zq8!vPl2xK"),
-    ("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 is my token", "hugging_face", "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"),
+    ("Log in with Kx7#pW2q!mZ, the new root password.", "credential", "Kx7#pW2q!mZ"),
 ]
 
 

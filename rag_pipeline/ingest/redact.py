@@ -26,7 +26,7 @@ Calibration decisions:
   (4+ characters) or when they look like credentials: 6+ characters with a digit and a letter or symbol, or
   three of lower/upper/digit/symbol. Plain words (``the password is stored hashed``), versions, dates, URLs
   and placeholders stay. Trailing sentence punctuation is not part of the value.
-- Lowercase hex strings of 40 or 64 characters are git SHAs / SHA-1 / SHA-256 checksums: kept.
+- Lowercase hex strings of 32, 40 or 64 characters are MD5 / git SHA-1 / SHA-256 digests: kept.
 - High-entropy tokens: Shannon entropy alone does not separate secrets from code identifiers
   (``Qwen3OmniMoeTalkerText`` scores like a random 20-character key), so a token is redacted only
   when its entropy is at least 3.0 bits/char AND it has the structure of random text: a piece of at
@@ -52,6 +52,7 @@ from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_cla
 from detect_secrets.plugins.base import RegexBasedDetector
 
 from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
 from rag_pipeline.ingest.secret_check import find_leaks
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
@@ -180,7 +181,7 @@ def _word_coverage(token: str) -> float:
     return sum(len(w) for w in words if re.search("[aeiouyAEIOUY]", w)) / len(token)
 
 
-_HEX_DIGEST = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{32}|[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def _is_random_token(match: re.Match[str]) -> bool:
@@ -273,7 +274,9 @@ _SECRET_RULES: tuple[_Rule, ...] = (
     _Rule("slack_webhook", re.compile(r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]+")),
     _Rule("jwt", re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")),
     _Rule("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
-    _Rule("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b")),
+    _Rule("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b"), _has_digit),
+    _Rule("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), _has_digit),
+    _Rule("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{34}\b"), lambda m: len(set(m.group())) >= 16),
     _Rule("slack_token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
     _Rule("stripe_key", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b")),
     _Rule("google_api_key", re.compile(r"\bAIza[A-Za-z0-9_-]{35}(?![\w-])")),
@@ -295,6 +298,7 @@ _SECRET_RULES: tuple[_Rule, ...] = (
     _prose_rule("password", r"pass(?:word|wd|phrase|code)s?"),
     _prose_rule("api_key", r"api[ _-]?keys?"),
     _prose_rule("secret", r"secrets?(?:[ _-]?keys?)?"),
+    _prose_rule("secret", r"(?:secret[ _-]?)?access[ _-]?keys?"),
     _prose_rule("token", r"tokens?"),
 )
 
@@ -386,29 +390,64 @@ def find_secrets(text: str) -> list[tuple[str, str]]:
 
 
 def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
-    """Redact secrets and PII from every new Markdown document; counts per kind go to <sha>.json."""
+    """Redact secrets and PII from every new Markdown document; counts per kind go to <sha>.json.
+
+    A document in which the independent checker (secret_check) still finds a secret is a check failure and gets
+    no redacted output, so it blocks its shard on every run until the rules catch the secret. Without
+    keep_unredacted, the raw and Markdown artifacts of every redacted (or unconvertible) document are dropped.
+    """
     started = time.perf_counter()
     report = StageReport("redacted", sorted(shards))
-    markdown, redacted = stores(settings)["markdown"], stores(settings)["redacted"]
-    todo = reconcile(report, lambda shard: markdown.shas(shard, "md"), redacted.shas, redacted)
+    raw, markdown, redacted = (stores(settings)[stage] for stage in ("raw", "markdown", "redacted"))
+
+    def converted(shard: str) -> set[str]:
+        return markdown.shas(shard, "md") | markdown.shas(shard, DROPPED)
+
+    todo = reconcile(report, converted, redacted.shas, redacted)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
     rows = []
     for shard, sha in todo:
+        path = describe(known.get(sha), sha)
+        if not markdown.exists(shard, sha, "md"):
+            report.failed[sha] = (f"{path}: its unredacted Markdown was dropped (RAG_KEEP_UNREDACTED=false); "
+                                  "delete its raw and markdown artifacts to convert the source again")
+            continue
         begin = time.perf_counter()
         result = redact(markdown.read_text(shard, sha, "md"), pii_policy=settings.pii_policy,
                         role_email_prefixes=settings.role_email_prefixes)
         elapsed_ms = (time.perf_counter() - begin) * 1000
+        row = known.get(sha) or {}
+        titles = {key: redact(row[key], pii_policy=settings.pii_policy,
+                              role_email_prefixes=settings.role_email_prefixes).text
+                  for key in ("title", "first_heading") if row.get(key)}
         leaks = find_leaks(result.text)
-        path = describe(known.get(sha), sha)
         if leaks:
-            report.check_failures.append(f"{path}: {len(leaks)} secret(s) survived redaction "
-                                         f"({', '.join(sorted({leak.kind for leak in leaks}))})")
+            report.check_failures.append(
+                f"{path}: {len(leaks)} secret(s) survived redaction "
+                f"({', '.join(sorted({f'{leak.kind} on line {leak.line}' for leak in leaks}))})")
+            rows.append({"sha": sha, **titles})
+            continue
         redacted.write_json(shard, sha, "json", {"counts": result.counts})
         redacted.write_text(shard, sha, "md", result.text)
         report.added.append(sha)
-        total = sum(result.counts.values())
-        rows.append({"sha": sha, "stage": "redacted", "redactions": total, "redact_ms": elapsed_ms})
+        rows.append({"sha": sha, "stage": "redacted", "redactions": sum(result.counts.values()),
+                     "redact_ms": elapsed_ms, **titles})
     sidecar.upsert(rows)
+    if not settings.keep_unredacted:
+        drop_unredacted(raw, markdown, redacted, report.shards)
     report.seconds = time.perf_counter() - started
     return report
 
+
+def drop_unredacted(raw: ArtifactStore, markdown: ArtifactStore, redacted: ArtifactStore,
+                    shards: list[str]) -> None:
+    """Drop the raw bytes and Markdown of every redacted or unconvertible document of the shards. Kept: the
+    Markdown's page map (<sha>.json, its title dropped) and recorded conversion failures (<sha>.error.json)."""
+    for shard in shards:
+        done = redacted.shas(shard) | markdown.shas(shard, "error.json")
+        for sha in sorted(done - raw.shas(shard, DROPPED)):
+            raw.drop(shard, sha)
+        for sha in sorted(redacted.shas(shard) - markdown.shas(shard, DROPPED)):
+            page_map = {**markdown.read_json(shard, sha, "json"), "title": None}
+            markdown.write_json(shard, sha, "json", page_map)
+            markdown.drop(shard, sha, keep=("json",))

@@ -6,9 +6,8 @@ detect-secrets' token formats): a secret that slips through the redactor's rules
 - Token formats: provider prefixes with their documented body lengths, a list kept apart from the redactor's.
   A body needs at least 10 distinct characters, so masks (``hf_xxxxxxxx...``) and placeholders pass.
 - Credential lines: on a line that names a credential (password, passphrase, secret, token, API key,
-  credential), any word of 8+ characters built like a password: a letter, a digit and at least three of
-  lower case, upper case, digit, symbol (``Wombat-Lantern-5567``, ``s3cr3tPa55``), wherever it stands on the
-  line. Hex digests, UUIDs, versions, dates, host:port, paths, URLs and e-mail addresses are not, and
+  credential), any word of 8+ characters built like a password (``Wombat-Lantern-5567``, ``s3cr3tPa55``; see
+  `_looks_like_password`), wherever it stands on the line. Hex digests, UUIDs, versions, dates, host:port, paths, URLs and e-mail addresses are not, and
   ``[REDACTED:<kind>]`` markers are neither credential words nor words.
 """
 
@@ -66,14 +65,16 @@ def _classes(word: str) -> int:
 
 
 def _looks_like_password(word: str) -> bool:
+    """All four of lower, upper, digit, symbol (Wombat-lantern-5567!); or lower, upper and digit swapping at
+    least three times with no run of 4+ lower-case letters (s3cr3tPa55, not Argon2id or Wav2Vec2ForSequence)."""
     word = word.rstrip(".:!?")
-    return (
-        len(word) >= 8
-        and re.search(r"[A-Za-z]", word) is not None
-        and re.search(r"\d", word) is not None
-        and _classes(word) >= 3
-        and _NOT_A_PASSWORD.fullmatch(word) is None
-    )
+    if len(word) < 8 or _NOT_A_PASSWORD.fullmatch(word):
+        return False
+    if _classes(word) == 4:
+        return True
+    swaps = len(re.findall(r"[A-Za-z](?=\d)|\d(?=[A-Za-z])", word))
+    return re.fullmatch(r"[A-Za-z0-9]+", word) is not None and _classes(word) == 3 and swaps >= 3 \
+        and re.search(r"[a-z]{4}", word) is None
 
 
 def find_leaks(text: str) -> list[Leak]:
