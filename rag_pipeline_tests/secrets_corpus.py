@@ -302,3 +302,75 @@ def build(root: Path, seed: int = 13) -> Corpus:
         files[name] = [p for planted in styles.values() for p in planted] + mine
     secrets = [p for planted in files.values() for p in planted if p not in benign]
     return Corpus(secrets=secrets, benign=benign, files=files)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What survived a real ingest of the corpus: secrets found per surface, benign strings redacted."""
+
+    corpus: Corpus
+    lost_in_conversion: list[Planted]  # planted strings the converted Markdown does not hold verbatim
+    leaks: dict[str, list[Planted]]  # surface -> secrets found in it
+    benign_redacted: list[Planted]
+
+    @property
+    def recall(self) -> float:
+        leaked = {planted for found in self.leaks.values() for planted in found}
+        return 1 - len(leaked) / len(self.corpus.secrets)
+
+    @property
+    def false_redaction_rate(self) -> float:
+        return len(self.benign_redacted) / len(self.corpus.benign)
+
+    def report(self) -> str:
+        kinds = len({planted.kind for planted in self.corpus.secrets})
+        return (f"{len(self.corpus.secrets)} secrets of {kinds} kinds, {len(self.corpus.benign)} benign strings "
+                f"in {len(self.corpus.files)} files ({', '.join(sorted(self.corpus.files))})\n"
+                f"secrets recall: {self.recall:.3f}\n"
+                f"benign false-redaction rate: {self.false_redaction_rate:.3f} "
+                f"({[p.value for p in self.benign_redacted]})\n"
+                f"leaks per surface: { {name: len(found) for name, found in self.leaks.items()} }")
+
+
+def _texts(folder: Path, pattern: str) -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in sorted(folder.rglob(pattern)))
+
+
+def ingest_and_measure(root: Path, data_dir: Path) -> Measurement:
+    """Ingest the corpus under root for real and look for every planted secret in what the ingest keeps after
+    redaction: the redacted Markdown, the chunk artifacts, the sidecar tables, the Qdrant payloads, and the
+    results of searching for each secret's own line. Needs the unredacted Markdown kept (the default)."""
+    from rag_pipeline import components
+    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.ingest.stage import stores
+    from rag_pipeline.settings import Settings
+
+    corpus = build(root)
+    ingest([root], data_dir)
+    settings = Settings(data_dir=data_dir)
+    artifacts = stores(settings)
+    markdown, redacted = _texts(artifacts["markdown"].dir, "*.md"), _texts(artifacts["redacted"].dir, "*.md")
+    sidecar = Sidecar(settings.sidecar_path)
+    tables = [row["name"] for row in sidecar.query("SELECT table_name AS name FROM information_schema.tables")]
+    chunk_ids = [row["chunk_id"] for row in sidecar.query("SELECT chunk_id FROM chunks")]
+    with components.vector_store(settings) as store:
+        payloads = [hit.payload for hit in store.get(chunk_ids)]
+    retriever = components.open_retriever(settings)
+    try:
+        results = [hit.payload for planted in corpus.secrets for hit in retriever.search(planted.line, top_k=5).hits]
+    finally:
+        retriever.close()
+    surfaces = {
+        "redacted_markdown": redacted,
+        "chunk_artifacts": _texts(artifacts["chunks"].dir, "*.jsonl"),
+        "sidecar": "\n".join(repr(sidecar.query(f"SELECT * FROM {table}")) for table in tables),
+        "qdrant_payload": repr(payloads),
+        "search_results": repr(results),
+    }
+    return Measurement(
+        corpus=corpus,
+        lost_in_conversion=[p for p in corpus.secrets + corpus.benign if p.value not in markdown],
+        leaks={name: [p for p in corpus.secrets if p.value in text] for name, text in surfaces.items()},
+        benign_redacted=[p for p in corpus.benign if p.value not in redacted],
+    )

@@ -297,5 +297,5 @@ def test_checker_passes_redacted_secrets_and_near_misses() -> None:
 
 
 def test_checker_reports_line_numbers() -> None:
-    text = "intro\n\nThe new password: Wombat-Lantern-5567 for now\n\n" + RSA_KEY
+    text = "intro\n\nThe new password: Kx7#pW2q!mZ for now\n\n" + RSA_KEY
     assert [(leak.kind, leak.line) for leak in find_leaks(text)] == [("private_key", 5), ("credential", 3)]

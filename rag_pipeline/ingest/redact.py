@@ -23,9 +23,9 @@ Calibration decisions:
   ``f(password=pw)`` keyword arguments parse.
 - Prose values (after ``is``, ``was``, ``set to``, ``:``, ``=`` or a table cell bar, up to four qualifying
   words after the credential word: ``the password for the staging database is X``) are redacted when quoted
-  (4+ characters) or when they look like credentials: 6+ characters with a digit and a letter or symbol, or
-  three of lower/upper/digit/symbol. Plain words (``the password is stored hashed``), versions, dates, URLs
-  and placeholders stay. Trailing sentence punctuation is not part of the value.
+  (4+ characters, not a plain word) or when they look like credentials: 6+ characters with a digit and a letter or symbol, or
+  three of lower/upper/digit/symbol. Plain words (``the password is stored hashed``), versions, dates, URLs,
+  placeholders and code (``tokens: list[Token]``, ``token is Number.Oct``) stay. Trailing sentence punctuation is not part of the value.
 - Lowercase hex strings of 32, 40 or 64 characters are MD5 / git SHA-1 / SHA-256 digests: kept.
 - High-entropy tokens: Shannon entropy alone does not separate secrets from code identifiers
   (``Qwen3OmniMoeTalkerText`` scores like a random 20-character key), so a token is redacted only
@@ -215,11 +215,19 @@ def _token_span(match: re.Match[str]) -> tuple[int, int]:
     return start, end
 
 
+def _is_standalone_token(match: re.Match[str]) -> bool:
+    """A detect-secrets match with a digit, not cut out of a longer run of letters and digits (a base64 blob)."""
+    start, end = _token_span(match)
+    text = match.string
+    inside = (start > 0 and text[start - 1].isalnum()) or (end < len(text) and text[end].isalnum())
+    return not inside and _has_digit(match)
+
+
 def _library_rules() -> tuple[_Rule, ...]:
     """Every provider token format of detect-secrets' regex detectors (GitLab, Twilio, SendGrid, npm, PyPI,
-    Discord, Telegram, Mailchimp, Square, Azure storage, IBM, ...); a match needs a digit, as real tokens have."""
+    Discord, Telegram, Mailchimp, Square, Azure storage, IBM, ...)."""
     return tuple(
-        _Rule(re.sub(r"\W+", "_", secret_type.lower()).strip("_"), pattern, _has_digit, span=_token_span)
+        _Rule(re.sub(r"\W+", "_", secret_type.lower()).strip("_"), pattern, _is_standalone_token, span=_token_span)
         for secret_type, plugin in sorted(get_mapping_from_secret_type_to_class().items())
         if issubclass(plugin, RegexBasedDetector) and secret_type not in _LIBRARY_SKIPPED
         for pattern in plugin().denylist
@@ -227,18 +235,23 @@ def _library_rules() -> tuple[_Rule, ...]:
 
 
 _VERSION_OR_DATE = re.compile(r"v?\d+(?:[.-]\d+)+")
+_CODE = re.compile(r"[()\[\]{}<>]")
+_CODE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|_\w+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 
 
 def _is_prose_secret(match: re.Match[str]) -> bool:
-    """A value named in prose that looks like a credential: quoted (4+ characters), or a 6+ character token
-    with a digit and a letter or symbol, or with three of lower/upper/digit/symbol. Not a placeholder, a call,
-    a URL, a version or a date."""
+    """A value named in prose that looks like a credential: quoted (4+ characters of two of lower/upper/digit/
+    symbol: not `state`), or a 6+ character token
+    with a digit and a letter or symbol, or with three of lower/upper/digit/symbol. Not a placeholder, a URL, a
+    version, a date or (unquoted) code: brackets, calls, dotted, _private and CONSTANT_CASE names."""
     value = match["value"]
     if _is_placeholder(value) or _CALL.fullmatch(value) or "://" in value or _VERSION_OR_DATE.fullmatch(value):
         return False
-    if match["quote"]:
-        return len(value) >= 4
     classes = {_char_class(char) for char in value}
+    if match["quote"]:
+        return len(value) >= 4 and len(classes) >= 2
+    if _CODE.search(value) or _CODE_NAME.fullmatch(value):
+        return False  # list[Token], f(x), Number.Oct, self.IMAGE_TOKEN, _StrPathToken, MAX_NEW_TOKENS: code
     return len(value) >= 6 and (("d" in classes and len(classes) >= 2) or len(classes) >= 3)
 
 

@@ -6,8 +6,8 @@ detect-secrets' token formats): a secret that slips through the redactor's rules
 - Token formats: provider prefixes with their documented body lengths, a list kept apart from the redactor's.
   A body needs at least 10 distinct characters, so masks (``hf_xxxxxxxx...``) and placeholders pass.
 - Credential lines: on a line that names a credential (password, passphrase, secret, token, API key,
-  credential), any word of 8+ characters built like a password (``Wombat-Lantern-5567``, ``s3cr3tPa55``; see
-  `_looks_like_password`), wherever it stands on the line. Hex digests, UUIDs, versions, dates, host:port, paths, URLs and e-mail addresses are not, and
+  credential), any word of 8+ characters built like a password (``Kx7#pW2q!mZ``, ``s3cr3tPa55``; see
+  `_looks_like_password`: strict, because a false alarm blocks a shard), wherever it stands on the line. Hex digests, UUIDs, versions, dates, host:port, paths, URLs and e-mail addresses are not, and
   ``[REDACTED:<kind>]`` markers are neither credential words nor words.
 """
 
@@ -55,26 +55,25 @@ _NOT_A_PASSWORD = re.compile(
     r"""[0-9a-fA-F]{8,}                                      # hex ids and digests
       | [0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}  # UUIDs
       | v?\d+(?:[.-]\d+)+(?:[-+.]?[A-Za-z]\w*)?              # versions and dates
-      | [\w.-]*:\d+ | .*/.* | [^@]*@[^@]*                   # host:port, paths and URLs, e-mail addresses""",
+      | [\w.-]*:\d+ | .*/.* | [\w.+-]+@[\w-]+(?:\.[\w-]+)+  # host:port, paths and URLs, e-mail addresses
+      | .*[A-Za-z]\.[A-Za-z].* | .*(?:a-z|A-Z|0-9).*          # dotted names, regex character ranges""",
     re.X,
 )
 
 
-def _classes(word: str) -> int:
-    return sum(bool(re.search(p, word)) for p in (r"[a-z]", r"[A-Z]", r"\d", r"[^A-Za-z0-9]"))
-
-
 def _looks_like_password(word: str) -> bool:
-    """All four of lower, upper, digit, symbol (Wombat-lantern-5567!); or lower, upper and digit swapping at
-    least three times with no run of 4+ lower-case letters (s3cr3tPa55, not Argon2id or Wav2Vec2ForSequence)."""
+    """Lower case, upper case and digits, and either a symbol other than a separator (Kx7#pW2q!mZ) or letters
+    and digits swapping at least three times with no run of 4+ lower-case letters (s3cr3tPa55). Not code
+    identifiers (Qwen2_5OmniToken2WavConfig, urllib3.util.Url), escapes or Argon2id."""
     word = word.rstrip(".:!?")
-    if len(word) < 8 or _NOT_A_PASSWORD.fullmatch(word):
+    if len(word) < 8 or "\\" in word or _NOT_A_PASSWORD.fullmatch(word):
         return False
-    if _classes(word) == 4:
+    if not all(re.search(chars, word) for chars in ("[a-z]", "[A-Z]", r"\d")):
+        return False
+    if re.search(r"[!#$%^&*?~@]", word):
         return True
     swaps = len(re.findall(r"[A-Za-z](?=\d)|\d(?=[A-Za-z])", word))
-    return re.fullmatch(r"[A-Za-z0-9]+", word) is not None and _classes(word) == 3 and swaps >= 3 \
-        and re.search(r"[a-z]{4}", word) is None
+    return word.isalnum() and swaps >= 3 and re.search(r"[a-z]{4}", word) is None
 
 
 def find_leaks(text: str) -> list[Leak]:
