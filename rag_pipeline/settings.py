@@ -53,6 +53,11 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_ROLE_EMAIL_PREFIXES)
     )
 
+    # Keep the unredacted artifacts (raw snapshots, pre-redaction Markdown; owner-only files) after redaction.
+    # False drops them once a document is redacted: re-redacting it (new rules) then means reading its source
+    # again (delete the document's artifacts), and the raw bytes are gone for inspection.
+    keep_unredacted: bool = True
+
     # Chunking.
     chunker: Literal["recursive", "sentence_window"] = "recursive"
     chunk_size: int = 512

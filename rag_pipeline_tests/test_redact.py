@@ -7,6 +7,7 @@ import time
 import pytest
 
 from rag_pipeline.ingest.redact import RedactionResult, find_secrets, redact
+from rag_pipeline.ingest.secret_check import Leak, find_leaks
 
 RSA_KEY = """-----BEGIN RSA PRIVATE KEY-----
 MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun
@@ -69,6 +70,25 @@ SECRETS = [
     ("access_token=ya29.a0AfH6SMBx", "token", "ya29.a0AfH6SMBx"),
     ("refreshToken: 'def50200abc'", "token", "def50200abc"),
     ("private_key: mysecretkeymaterial", "private_key", "mysecretkeymaterial"),
+    # Secrets in prose and table rows (issue 13): the value a sentence gives a credential.
+    ("The password is `Winter2024!`", "password", "Winter2024!"),
+    ("the password: Wombat-Lantern-5567 for the admin account", "password", "Wombat-Lantern-5567"),
+    ("The admin password is Tr0ub4dor&3x.", "password", "Tr0ub4dor&3x"),
+    ("The password for the staging database is Zq8!vPl2.", "password", "Zq8!vPl2"),
+    ("Her passphrase was set to blue-Otter-91 yesterday.", "password", "blue-Otter-91"),
+    ("| admin | password | Xk9#mPq2vL |", "password", "Xk9#mPq2vL"),
+    ("The API key is 7Gh2kLq9Zx41, rotate it monthly.", "api_key", "7Gh2kLq9Zx41"),
+    ("Our webhook secret is wh-8841-prod-Kq, keep it safe.", "secret", "wh-8841-prod-Kq"),
+    ("The deploy token is 'pl4ceKeep' for now.", "token", "pl4ceKeep"),
+    # detect-secrets' provider formats that our own rules do not know.
+    ("gitlab glpat-Xy7aBc9dEf2gHi4jKl6m in CI", "gitlab_token", "glpat-Xy7aBc9dEf2gHi4jKl6m"),
+    ("hub 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 read", "huggingface_token", "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"),
+    ("npm npm_TYBDOOh6YYdolYcyLSg55JaSAfuuCKU4JQan publish", "npm_token", "npm_TYBDOOh6YYdolYcyLSg55JaSAfuuCKU4JQan"),
+    ("Its secret access key is ES3/hANDKsstDzno6AYEISy6s6OFx05VTV+ogdrw yearly", "secret",
+     "ES3/hANDKsstDzno6AYEISy6s6OFx05VTV+ogdrw"),
+    ("twilio SK2b7c9f0e1d3a4b5c6d7e8f9a0b1c2d3e sid", "twilio_api_key", "SK2b7c9f0e1d3a4b5c6d7e8f9a0b1c2d3e"),
+    ("mail 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 sent", "sendgrid_api_key",
+     "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"),
     # High-entropy fallback: random-looking standalone tokens without a known shape.
     ("session id Zx8Qw3Lk9Vb2Nm7Pq4Rt6Yu1 expired", "high_entropy", "Zx8Qw3Lk9Vb2Nm7Pq4Rt6Yu1"),
     ("DATADOG=8Hq2LmX7vR4kP9zN3wT6yB1c", "high_entropy", "8Hq2LmX7vR4kP9zN3wT6yB1c"),
@@ -115,8 +135,14 @@ KEEP = [
     "Boston, MA 02111-1307, USA",
     "samples 46 97 53 96 51 84 18 42 30 52 82 77 72 59 1 67",
     "the password is stored hashed",
+    "The password policy is 12 characters, one digit and one symbol.",
+    "Bearer tokens are short-lived",
+    "The token is valid for 3600 seconds.",
+    "The API key is in the vault, version 2.14.1.",
+    "The password is your_password_here",
+    "The password was changed on 2024-05-01.",
+    "max_tokens is 512",
     "reset your password: click the link we sent",
-    "The password is `Winter2024!`",
     "Bearer tokens are short-lived",
     "Authorization: Bearer <token>",
     "password: <your-password>",
@@ -137,6 +163,8 @@ KEEP = [
     "model Wav2Vec2ForSequenceClassification and Qwen/Qwen3-30B-A3B-Base",
     "layer sha256_checksum_v2_20240115 in snake_case",
     "a Donaudampfschifffahrtsgesellschaftskapitaen is long",
+    "md5 10aa4ff7691c548d68d7b79d6bd1ace2 of the archive",
+    "Example: ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
     "see https://github.com/example-org/rag-pipeline/blob/main/src/rag_pipeline/settings_v2.py",
     "path /usr/lib/python3.11/site-packages/pytest_asyncio-0.23.5.dist-info",
     "clone git@github.com:example-org/rag-pipeline.git",
@@ -246,3 +274,28 @@ def test_pathological_input_is_linear(text: str) -> None:
     start = time.perf_counter()
     redact(text)
     assert time.perf_counter() - start < 2
+
+
+# The blocking check's detector (ingest/secret_check.py) is independent of the redactor.
+MISSED_BY_REDACTOR = [
+    ("Use Zq8!vPl2xK as the admin password.", "credential", "Zq8!vPl2xK"),
+    ("Log in with Kx7#pW2q!mZ, the new root password.", "credential", "Kx7#pW2q!mZ"),
+]
+
+
+@pytest.mark.parametrize(("text", "kind", "secret"), MISSED_BY_REDACTOR)
+def test_checker_finds_what_the_redactor_misses(text: str, kind: str, secret: str) -> None:
+    assert redact(text) == RedactionResult(text, {})
+    assert find_leaks(text) == [Leak(kind, secret, 1)]
+
+
+def test_checker_passes_redacted_secrets_and_near_misses() -> None:
+    text = "\n".join([c[0] for c in SECRETS] + [c[0] for c in PII] + KEEP)
+    assert find_leaks(redact(text).text) == []
+    assert find_leaks("\n".join(KEEP)) == []
+    assert find_leaks("masked hf_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx and ghp_" + "0" * 36) == []
+
+
+def test_checker_reports_line_numbers() -> None:
+    text = "intro\n\nThe new password: Kx7#pW2q!mZ for now\n\n" + RSA_KEY
+    assert [(leak.kind, leak.line) for leak in find_leaks(text)] == [("private_key", 5), ("credential", 3)]

@@ -1,4 +1,7 @@
-"""Readable per-stage artifact files under the data dir: <stage>/<shard>/<sha>.<suffix>, written atomically."""
+"""Readable per-stage artifact files under the data dir: <stage>/<shard>/<sha>.<suffix>, written atomically.
+
+A private store (the unredacted raw snapshots and Markdown) keeps its folders 0700 and its files 0600. A dropped
+document leaves an empty <sha>.dropped behind, so the stages and the shard plan still count it as present."""
 
 from __future__ import annotations
 
@@ -9,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 
+DROPPED = "dropped"
+
+
 class ArtifactStore:
     """One stage's files. A document is present when any file named <sha>.* exists in its shard folder."""
 
-    def __init__(self, root: Path, stage: str) -> None:
+    def __init__(self, root: Path, stage: str, *, private: bool = False) -> None:
         self.dir = root / stage
+        self.private = private
 
     def path(self, shard: str, sha: str, suffix: str) -> Path:
         return self.dir / shard / f"{sha}.{suffix}"
@@ -32,7 +39,10 @@ class ArtifactStore:
     def write_bytes(self, shard: str, sha: str, suffix: str, data: bytes) -> Path:
         target = self.path(shard, sha, suffix)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        if self.private:
+            self.dir.chmod(0o700)
+            target.parent.chmod(0o700)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")  # mode 0600
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
@@ -58,3 +68,10 @@ class ArtifactStore:
         """Remove every artifact of the document in this stage."""
         for path in (self.dir / shard).glob(f"{sha}.*"):
             path.unlink(missing_ok=True)
+
+    def drop(self, shard: str, sha: str, keep: tuple[str, ...] = ()) -> None:
+        """Remove the document's files except those with a suffix in keep, and mark it <sha>.dropped."""
+        self.write_bytes(shard, sha, DROPPED, b"")
+        for path in (self.dir / shard).glob(f"{sha}.*"):
+            if path.name.split(".", 1)[1] not in (*keep, DROPPED):
+                path.unlink(missing_ok=True)

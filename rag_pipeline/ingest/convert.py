@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.ingest.artifacts import ArtifactStore
+from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
 from rag_pipeline.ingest.pdf_layout import pages_to_markdown
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import Settings
@@ -309,13 +309,13 @@ def sync_markdown(
 
 
 def unconverted(raw: ArtifactStore, markdown: ArtifactStore, shards: list[str]) -> list[str]:
-    """Documents of the shards with neither non-empty Markdown nor a recorded failure."""
+    """Documents of the shards with neither non-empty Markdown nor a recorded failure (nor dropped Markdown)."""
     missing = []
     for shard in shards:
         for sha in sorted(raw.shas(shard)):
             converted = markdown.path(shard, sha, "md")
-            failed = markdown.exists(shard, sha, "error.json")
-            if not failed and (not converted.is_file() or converted.stat().st_size == 0):
+            done = markdown.exists(shard, sha, "error.json") or markdown.exists(shard, sha, DROPPED)
+            if not done and (not converted.is_file() or converted.stat().st_size == 0):
                 missing.append(f"{sha}: no Markdown and no recorded failure")
     return missing
 

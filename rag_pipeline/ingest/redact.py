@@ -1,11 +1,18 @@
 """Redaction of secrets and PII in Markdown text before it is chunked.
 
-Every rule is a named regex plus an optional validator. Rules run in priority order over the
-original text and a match is dropped when its span overlaps one claimed by an earlier rule, so
-secrets with a known shape win over context labels, PII and, last, the high-entropy fallback.
+Every document type (md, txt, html, docx, pdf, pptx) is Markdown by the time it gets here. Every rule is a
+named regex plus an optional validator. Rules run in priority order over the original text and a match is
+dropped when its span overlaps one claimed by an earlier rule: our token shapes (private key blocks, AWS,
+GitHub, Slack, Stripe, Google, OpenAI, JWT), then every provider format of detect-secrets' regex detectors
+(GitLab, Twilio, SendGrid, npm, PyPI, Discord, Telegram, Azure, IBM, ...), then credentials in URLs and
+headers, ``key: value`` context, credentials named in prose and table rows (``the admin password is X``,
+``| password | X |``), PII and, last, the high-entropy fallback. detect-secrets' keyword and entropy
+detectors are not used: the keyword one takes the rest of a prose line as the value and the entropy ones
+need quotes; ours are calibrated below.
 Matches become ``[REDACTED:<kind>]`` followed by as many newlines as they spanned, so the line
 numbers of later text never move. No rule matches a marker, so redacting is idempotent and
-``find_secrets`` finds nothing in ``redact`` output.
+``find_secrets`` finds nothing in ``redact`` output. The blocking check uses another detector
+(ingest/secret_check.py), so it can catch what these rules miss.
 
 Calibration decisions:
 - Context values (``password: x``) are redacted only when they look like values: quoted, the
@@ -14,7 +21,12 @@ Calibration decisions:
   (``changeme``, ``null``, ``true``, ...), ``your_...``/``..._here``, and unquoted code
   references (``get_password()``, ``self.password``). An unquoted value stops at ``)`` so that
   ``f(password=pw)`` keyword arguments parse.
-- Lowercase hex strings of 40 or 64 characters are git SHAs / SHA-1 / SHA-256 checksums: kept.
+- Prose values (after ``is``, ``was``, ``set to``, ``:``, ``=`` or a table cell bar, up to four qualifying
+  words after the credential word: ``the password for the staging database is X``) are redacted when quoted
+  (4+ characters, not a plain word) or when they look like credentials: 6+ characters with a digit and a letter or symbol, or
+  three of lower/upper/digit/symbol. Plain words (``the password is stored hashed``), versions, dates, URLs,
+  placeholders and code (``tokens: list[Token]``, ``token is Number.Oct``) stay. Trailing sentence punctuation is not part of the value.
+- Lowercase hex strings of 32, 40 or 64 characters are MD5 / git SHA-1 / SHA-256 digests: kept.
 - High-entropy tokens: Shannon entropy alone does not separate secrets from code identifiers
   (``Qwen3OmniMoeTalkerText`` scores like a random 20-character key), so a token is redacted only
   when its entropy is at least 3.0 bits/char AND it has the structure of random text: a piece of at
@@ -36,7 +48,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+from detect_secrets.plugins.base import RegexBasedDetector
+
 from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
+from rag_pipeline.ingest.secret_check import find_leaks
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
 
@@ -47,14 +64,20 @@ class RedactionResult:
     counts: dict[str, int]  # kind -> number redacted, e.g. {"aws_access_key": 1, "email": 2}
 
 
+def _value_span(match: re.Match[str]) -> tuple[int, int]:
+    """The group "value", when the pattern has one; else the whole match."""
+    return match.span("value") if "value" in match.re.groupindex else match.span()
+
+
 @dataclass(frozen=True)
 class _Rule:
-    """A named pattern. The group "value", when present, is what gets redacted; else the match."""
+    """A named pattern; `span` says which part of a match is the secret."""
 
     kind: str
     pattern: re.Pattern[str]
     valid: Callable[[re.Match[str]], bool] = lambda _match: True
     pii: bool = False
+    span: Callable[[re.Match[str]], tuple[int, int]] = _value_span
 
 
 # --- validators -----------------------------------------------------------------------------
@@ -158,7 +181,7 @@ def _word_coverage(token: str) -> float:
     return sum(len(w) for w in words if re.search("[aeiouyAEIOUY]", w)) / len(token)
 
 
-_HEX_DIGEST = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_HEX_DIGEST = re.compile(r"[0-9a-f]{32}|[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 def _is_random_token(match: re.Match[str]) -> bool:
@@ -172,6 +195,75 @@ def _is_random_token(match: re.Match[str]) -> bool:
         and _class_change_rate(token) >= 0.3
         and _word_coverage(token) < 0.4
     )
+
+
+_EDGE = " \t\r\n\"'`=:"
+# detect-secrets detectors we do not take: ours cover the same ground with placeholders filtered (basic auth in
+# URLs) or whole key blocks (its private-key patterns match the header line only); a public IP is not a secret.
+_LIBRARY_SKIPPED = {"Basic Auth Credentials", "Private Key", "Public IP (ipv4)"}
+
+
+def _token_span(match: re.Match[str]) -> tuple[int, int]:
+    """A detect-secrets match: its one captured group when that holds the secret (not just a prefix such as
+    "ghp"), else the whole match; without the spaces, quotes and separators some patterns take at their edges."""
+    captured = match.re.groups and len(match.group(1) or "") >= 8
+    start, end = match.span(1) if captured else match.span()
+    while start < end and match.string[start] in _EDGE:
+        start += 1
+    while end > start and match.string[end - 1] in _EDGE:
+        end -= 1
+    return start, end
+
+
+def _is_standalone_token(match: re.Match[str]) -> bool:
+    """A detect-secrets match with a digit, not cut out of a longer run of letters and digits (a base64 blob)."""
+    start, end = _token_span(match)
+    text = match.string
+    inside = (start > 0 and text[start - 1].isalnum()) or (end < len(text) and text[end].isalnum())
+    return not inside and _has_digit(match)
+
+
+def _library_rules() -> tuple[_Rule, ...]:
+    """Every provider token format of detect-secrets' regex detectors (GitLab, Twilio, SendGrid, npm, PyPI,
+    Discord, Telegram, Mailchimp, Square, Azure storage, IBM, ...)."""
+    return tuple(
+        _Rule(re.sub(r"\W+", "_", secret_type.lower()).strip("_"), pattern, _is_standalone_token, span=_token_span)
+        for secret_type, plugin in sorted(get_mapping_from_secret_type_to_class().items())
+        if issubclass(plugin, RegexBasedDetector) and secret_type not in _LIBRARY_SKIPPED
+        for pattern in plugin().denylist
+    )
+
+
+_VERSION_OR_DATE = re.compile(r"v?\d+(?:[.-]\d+)+")
+_CODE = re.compile(r"[()\[\]{}<>]")
+_CODE_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|_\w+|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+
+
+def _is_prose_secret(match: re.Match[str]) -> bool:
+    """A value named in prose that looks like a credential: quoted (4+ characters of two of lower/upper/digit/
+    symbol: not `state`), or a 6+ character token
+    with a digit and a letter or symbol, or with three of lower/upper/digit/symbol. Not a placeholder, a URL, a
+    version, a date or (unquoted) code: brackets, calls, dotted, _private and CONSTANT_CASE names."""
+    value = match["value"]
+    if _is_placeholder(value) or _CALL.fullmatch(value) or "://" in value or _VERSION_OR_DATE.fullmatch(value):
+        return False
+    classes = {_char_class(char) for char in value}
+    if match["quote"]:
+        return len(value) >= 4 and len(classes) >= 2
+    if _CODE.search(value) or _CODE_NAME.fullmatch(value):
+        return False  # list[Token], f(x), Number.Oct, self.IMAGE_TOKEN, _StrPathToken, MAX_NEW_TOKENS: code
+    return len(value) >= 6 and (("d" in classes and len(classes) >= 2) or len(classes) >= 3)
+
+
+def _prose_rule(kind: str, key: str) -> _Rule:
+    """`the <key> [for the admin account] is|was|set to|:|= <value>` and `| <key> | <value> |` table rows."""
+    label = rf"(?<![\w.-])[\w.-]*?(?P<key>{key})(?![\w-])"
+    qualifier = r"(?:[ \t]+(?:for|of|on)(?:[ \t]+[\w.@/-]+){1,4}?)?"
+    link = r"(?:[ \t]*[:=|][ \t]*|[ \t]+(?:(?:is|was|are)(?:[ \t]+(?:set|changed|reset)[ \t]+to)?|(?:set|changed|reset)[ \t]+to|reads)[ \t]+)(?:\*\*)?"
+    value = (r"""(?P<quote>["'`])?(?!\[REDACTED:)"""
+             r"""(?P<value>(?(quote)[^\s"'`]{1,100}|[^\s"'`|]{1,100}?))"""
+             r"""(?(quote)(?P=quote)|(?=[.,;:!?)\]]*(?:\s|$)))""")
+    return _Rule(kind, re.compile(label + qualifier + link + value, re.I), _is_prose_secret)
 
 
 # --- rules, in priority order ---------------------------------------------------------------
@@ -195,11 +287,14 @@ _SECRET_RULES: tuple[_Rule, ...] = (
     _Rule("slack_webhook", re.compile(r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9/_-]+")),
     _Rule("jwt", re.compile(r"(?<![\w-])eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")),
     _Rule("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),
-    _Rule("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b")),
+    _Rule("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})\b"), _has_digit),
+    _Rule("npm_token", re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), _has_digit),
+    _Rule("huggingface_token", re.compile(r"\bhf_[A-Za-z0-9]{34}\b"), lambda m: len(set(m.group())) >= 16),
     _Rule("slack_token", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),
     _Rule("stripe_key", re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b")),
     _Rule("google_api_key", re.compile(r"\bAIza[A-Za-z0-9_-]{35}(?![\w-])")),
     _Rule("openai_key", re.compile(r"(?<![\w-])sk-[A-Za-z0-9_-]{20,}"), _has_digit),
+    *_library_rules(),
     _Rule(  # scheme://user:password@host
         "password", re.compile(r"(?<=://)[^\s:/@]+:(?P<value>[^\s/@]+)@"), lambda m: not _is_placeholder(m["value"])
     ),
@@ -213,6 +308,11 @@ _SECRET_RULES: tuple[_Rule, ...] = (
     _context_rule("private_key", r"private[_-]?key"),
     _context_rule("secret", r"secret(?:[_-]?key)?"),
     _context_rule("token", r"token"),
+    _prose_rule("password", r"pass(?:word|wd|phrase|code)s?"),
+    _prose_rule("api_key", r"api[ _-]?keys?"),
+    _prose_rule("secret", r"secrets?(?:[ _-]?keys?)?"),
+    _prose_rule("secret", r"(?:secret[ _-]?)?access[ _-]?keys?"),
+    _prose_rule("token", r"tokens?"),
 )
 
 _PII_RULES: tuple[_Rule, ...] = (
@@ -261,7 +361,9 @@ def _spans(text: str) -> list[tuple[int, int, _Rule]]:
         for match in rule.pattern.finditer(text):
             if not rule.valid(match):
                 continue
-            start, end = match.span("value") if "value" in rule.pattern.groupindex else match.span()
+            start, end = rule.span(match)
+            if start == end:
+                continue
             if claimed.find(1, start, end) == -1:
                 claimed[start:end] = b"\x01" * (end - start)
                 spans.append((start, end, rule))
@@ -301,29 +403,64 @@ def find_secrets(text: str) -> list[tuple[str, str]]:
 
 
 def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
-    """Redact secrets and PII from every new Markdown document; counts per kind go to <sha>.json."""
+    """Redact secrets and PII from every new Markdown document; counts per kind go to <sha>.json.
+
+    A document in which the independent checker (secret_check) still finds a secret is a check failure and gets
+    no redacted output, so it blocks its shard on every run until the rules catch the secret. Without
+    keep_unredacted, the raw and Markdown artifacts of every redacted (or unconvertible) document are dropped.
+    """
     started = time.perf_counter()
     report = StageReport("redacted", sorted(shards))
-    markdown, redacted = stores(settings)["markdown"], stores(settings)["redacted"]
-    todo = reconcile(report, lambda shard: markdown.shas(shard, "md"), redacted.shas, redacted)
+    raw, markdown, redacted = (stores(settings)[stage] for stage in ("raw", "markdown", "redacted"))
+
+    def converted(shard: str) -> set[str]:
+        return markdown.shas(shard, "md") | markdown.shas(shard, DROPPED)
+
+    todo = reconcile(report, converted, redacted.shas, redacted)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
     rows = []
     for shard, sha in todo:
+        path = describe(known.get(sha), sha)
+        if not markdown.exists(shard, sha, "md"):
+            report.failed[sha] = (f"{path}: its unredacted Markdown was dropped (RAG_KEEP_UNREDACTED=false); "
+                                  "delete its raw and markdown artifacts to convert the source again")
+            continue
         begin = time.perf_counter()
         result = redact(markdown.read_text(shard, sha, "md"), pii_policy=settings.pii_policy,
                         role_email_prefixes=settings.role_email_prefixes)
         elapsed_ms = (time.perf_counter() - begin) * 1000
-        leaks = find_secrets(result.text)
-        path = describe(known.get(sha), sha)
+        row = known.get(sha) or {}
+        titles = {key: redact(row[key], pii_policy=settings.pii_policy,
+                              role_email_prefixes=settings.role_email_prefixes).text
+                  for key in ("title", "first_heading") if row.get(key)}
+        leaks = find_leaks(result.text)
         if leaks:
-            report.check_failures.append(f"{path}: {len(leaks)} secret(s) survived redaction "
-                                         f"({', '.join(sorted({kind for kind, _ in leaks}))})")
+            report.check_failures.append(
+                f"{path}: {len(leaks)} secret(s) survived redaction "
+                f"({', '.join(sorted({f'{leak.kind} on line {leak.line}' for leak in leaks}))})")
+            rows.append({"sha": sha, **titles})
+            continue
         redacted.write_json(shard, sha, "json", {"counts": result.counts})
         redacted.write_text(shard, sha, "md", result.text)
         report.added.append(sha)
-        total = sum(result.counts.values())
-        rows.append({"sha": sha, "stage": "redacted", "redactions": total, "redact_ms": elapsed_ms})
+        rows.append({"sha": sha, "stage": "redacted", "redactions": sum(result.counts.values()),
+                     "redact_ms": elapsed_ms, **titles})
     sidecar.upsert(rows)
+    if not settings.keep_unredacted:
+        drop_unredacted(raw, markdown, redacted, report.shards)
     report.seconds = time.perf_counter() - started
     return report
 
+
+def drop_unredacted(raw: ArtifactStore, markdown: ArtifactStore, redacted: ArtifactStore,
+                    shards: list[str]) -> None:
+    """Drop the raw bytes and Markdown of every redacted or unconvertible document of the shards. Kept: the
+    Markdown's page map (<sha>.json, its title dropped) and recorded conversion failures (<sha>.error.json)."""
+    for shard in shards:
+        done = redacted.shas(shard) | markdown.shas(shard, "error.json")
+        for sha in sorted(done - raw.shas(shard, DROPPED)):
+            raw.drop(shard, sha)
+        for sha in sorted(redacted.shas(shard) - markdown.shas(shard, DROPPED)):
+            page_map = {**markdown.read_json(shard, sha, "json"), "title": None}
+            markdown.write_json(shard, sha, "json", page_map)
+            markdown.drop(shard, sha, keep=("json",))

@@ -106,15 +106,20 @@ def add_fields(left: Any, right: Any, **given: Any) -> Any:
     return type(left)(**summed, **given)
 
 
+UNREDACTED = ("raw", "markdown")  # stores holding text before redaction: private, dropped unless kept
+
+
 def stores(settings: Settings) -> dict[str, ArtifactStore]:
     """Each stage's artifact store. Chunks and embeddings live under folders named after the settings that
-    made them (chunking id, embedding model), so changing those settings rebuilds instead of mixing."""
+    made them (chunking id, embedding model), so changing those settings rebuilds instead of mixing. The
+    unredacted stores are private (owner only)."""
     folders = {
         "raw": "raw", "markdown": "markdown", "redacted": "redacted",
         "chunks": f"chunks/{settings.chunking_id}",
         "embeddings": f"embeddings/{settings.embedding_model_id.replace('/', '__')}/{settings.chunking_id}",
     }
-    return {stage: ArtifactStore(settings.artifacts_dir, folder) for stage, folder in folders.items()}
+    return {stage: ArtifactStore(settings.artifacts_dir, folder, private=stage in UNREDACTED)
+            for stage, folder in folders.items()}
 
 
 def describe(row: dict[str, Any] | None, sha: str) -> str:
