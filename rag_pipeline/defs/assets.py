@@ -78,22 +78,18 @@ def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -
 
 def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecutionContext) -> dict[str, Any]:
     """Counts, timings and the documents table of a stage; the same counts go to the sidecar's runs table."""
-    counts = {
-        "added": len(report.added),
-        "skipped": report.skipped,
-        "purged": len(report.purged),
-        "failed": len(report.failed),
-    }
+    totals = report.totals()
+    counts = {"added": totals.added, "skipped": totals.skipped, "purged": totals.purged, "failed": totals.failed}
     sidecar = rag.sidecar()
     sidecar.record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds)
     metadata: dict[str, Any] = {
         "shards": ",".join(report.shards),
         **counts,
         "seconds": round(report.seconds, 3),
-        "docs_per_second": round(len(report.added) / report.seconds, 2) if report.seconds else 0.0,
+        "docs_per_second": round(totals.added / report.seconds, 2) if report.seconds else 0.0,
         "documents": documents_table(report, rag.settings, sidecar),
         **report.stage_figures(),
-        TOTALS: dg.MetadataValue.json(report.totals().to_json()),
+        TOTALS: dg.MetadataValue.json(totals.to_json()),
     }
     if report.failed:
         metadata["failures"] = dg.MetadataValue.md("\n".join(f"- {error}" for error in report.failed.values()))
