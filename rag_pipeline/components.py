@@ -14,8 +14,11 @@ from rag_pipeline.embedder import Embedder, EmbedderUnavailable, declared_dimens
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.generate.answerer import Answerer, GuardrailSettings
 from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, OllamaGenerator
-from rag_pipeline.index.factory import open_vector_store
-from rag_pipeline.index.vector_store import HnswSettings, VectorStore
+from rag_pipeline.index.factory import collection_exists, open_vector_store, point_alias
+from rag_pipeline.index.generations import Generation, GenerationRegistry, new_generation
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.index.sparse import SPARSE_ID
+from rag_pipeline.index.vector_store import HnswSettings, VectorStore, collection_name
 from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.hyde import Hyde
 from rag_pipeline.retrieve.rerank import Reranker
@@ -52,14 +55,73 @@ def open_store(settings: Settings, collection: str | None = None, dimension: int
     )
 
 
+def embedding_settings(settings: Settings) -> dict[str, str | None]:
+    """The settings a query embedder of this model needs (recorded with each index generation)."""
+    return {"embedding_backend": settings.embedding_backend, "embedding_model_path": settings.embedding_model_path,
+            "ollama_embed_model": settings.ollama_embed_model}
+
+
+def generations(settings: Settings) -> GenerationRegistry:
+    return GenerationRegistry(settings.data_dir)
+
+
+def target_generation(settings: Settings, dimension: int | None = None) -> Generation:
+    """The generation the settings describe, registered (an index made before generations existed is adopted as
+    the active generation first, so an unchanged configuration keeps using it)."""
+    dimension = dimension or embedding_dimension(settings)
+    registry = generations(settings)
+    if not registry.exists():
+        adopt_legacy_collection(settings, registry, dimension)
+    return registry.register(new_generation(settings.embedding_model_id, dimension, settings.chunking_id, SPARSE_ID,
+                                            embedding_settings(settings)))
+
+
+def adopt_legacy_collection(settings: Settings, registry: GenerationRegistry, dimension: int) -> None:
+    """Register the collection of a data dir from before generations (named after the model only) as the active
+    generation, with the chunk settings its sidecar records."""
+    legacy = collection_name(settings.embedding_model_id, dimension)
+    if not collection_exists(settings.data_dir, legacy, settings.qdrant_url, settings.qdrant_api_key):
+        return
+    rows = Sidecar(settings.sidecar_path).query(
+        "SELECT chunk_set FROM documents WHERE chunk_set IS NOT NULL GROUP BY chunk_set ORDER BY count(*) DESC LIMIT 1")
+    chunking = rows[0]["chunk_set"] if rows else settings.chunking_id
+    generation = new_generation(settings.embedding_model_id, dimension, chunking, SPARSE_ID,
+                                embedding_settings(settings), collection=legacy)
+    activate_generation(settings, registry.register(generation))
+
+
+def activate_generation(settings: Settings, generation: Generation) -> str | None:
+    """Point queries at `generation` (the registry pointer; on a server also the alias, moved atomically);
+    returns the previously active generation's id."""
+    if settings.qdrant_url:
+        point_alias(settings.qdrant_url, settings.qdrant_api_key, settings.qdrant_alias, generation.collection)
+    return generations(settings).activate(generation)
+
+
+def open_generation(settings: Settings, generation: Generation) -> VectorStore:
+    """The collection of a generation (to build or purge it)."""
+    return open_store(settings, generation.collection, generation.dimension)
+
+
 @contextmanager
 def vector_store(settings: Settings) -> Iterator[VectorStore]:
-    """The chunk collection, closed on exit (the embedded engine allows one process at a time)."""
-    store = open_store(settings)
+    """The collection of the generation the settings describe (the one ingest builds), closed on exit (the
+    embedded engine allows one process at a time)."""
+    store = open_generation(settings, target_generation(settings))
     try:
         yield store
     finally:
         store.close()
+
+
+def query_settings(settings: Settings) -> tuple[Settings, str | None, int | None]:
+    """(settings with the active generation's embedding model, the collection queries use, its dimension); the
+    collection is None before any generation is active (queries then use the target's)."""
+    active = generations(settings).active()
+    if active is None:
+        return settings, None, None
+    collection = settings.qdrant_alias if settings.qdrant_url else active.collection
+    return settings.model_copy(update=active.embedding), collection, active.dimension
 
 
 @functools.cache
@@ -84,11 +146,14 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) ->
     An embedder that cannot be loaded leaves retrieval BM25-only (each result says so); a configured reranker
     or HyDE that cannot be set up is a configuration error and raises.
     """
+    settings, collection, dimension = query_settings(settings)
     try:
         query_embedder: Embedder | None = embedder(settings)
     except EmbedderUnavailable:
         query_embedder = None  # searches fall back to BM25 and warn
-    dimension = query_embedder.dimension if query_embedder else embedding_dimension(settings)
+    dimension = dimension or (query_embedder.dimension if query_embedder else embedding_dimension(settings))
+    if collection is None:
+        collection = target_generation(settings, dimension).collection
     reranker = shared_reranker(settings.rerank_model_path) if settings.rerank_model_path else None
     hyde = None
     if settings.hyde != "off":
@@ -98,7 +163,7 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) ->
             raise EmbedderUnavailable("HyDE needs the embedding model, which cannot be loaded")
         llm = build_llm(settings, temperature=HYDE_TEMPERATURE, max_tokens=HYDE_MAX_TOKENS)
         hyde = Hyde(llm, query_embedder, settings.hyde, settings.hyde_documents, settings.hyde_adaptive_threshold)
-    store = open_store(settings, dimension=dimension)
+    store = open_store(settings, collection, dimension)
     cache = None
     if settings.semantic_cache if semantic_cache is None else semantic_cache:
         try:

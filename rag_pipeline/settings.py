@@ -37,7 +37,13 @@ class Settings(BaseSettings):
     extensions: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(ACCEPTED_EXTENSIONS))
     max_file_bytes: int = 50 * 1024 * 1024
     # Corpus rules (include/exclude globs, types, size bounds, per-folder tags) in a YAML file; see ingest/rules.py.
+    # They apply to the source `default` (RAG_ROOTS, or roots given to `ingest` without --source).
     corpus_rules: Path | None = None
+    # Named sources (a YAML file; see ingest/sources.py): each a set of roots with its own rules, or an upload area.
+    sources_file: Path | None = None
+    # Uploads (POST /sources/{name}/documents, `rag-pipeline upload`): bytes per request and files per request.
+    upload_max_bytes: int = 50 * 1024 * 1024
+    upload_max_files: int = 20
 
     # Shards: a document's shard is the first `shard_hex_digits` hex digits of its SHA-256 (16 or 256 shards).
     shard_hex_digits: int = Field(1, ge=1, le=2)
@@ -75,6 +81,10 @@ class Settings(BaseSettings):
     # Vector store: embedded qdrant-edge under the data dir unless a Qdrant server URL is set.
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
+    # On a Qdrant server, the alias queries use; a generation switch moves it to the new collection atomically.
+    qdrant_alias: str = "rag_chunks"
+    # Index generations kept after a switch (the active one included); older collections are dropped.
+    keep_generations: int = Field(1, ge=1)
     hnsw_m: int = 16
     hnsw_ef_construct: int = 100
     hnsw_ef: int = 128

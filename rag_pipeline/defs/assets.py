@@ -1,5 +1,6 @@
 """Ingest assets, partitioned by content-SHA shard: raw_documents -> markdown_documents -> redacted_documents
--> chunks -> embeddings -> vector_index -> metadata_sidecar, then the unpartitioned corpus_summary.
+-> chunks -> embeddings -> vector_index -> metadata_sidecar, then the unpartitioned index_generation (the switch
+to a newly built generation) and corpus_summary.
 
 Each materialisation covers one shard or a range of shards in a single run and processes only what changed.
 """
@@ -15,6 +16,7 @@ from rag_pipeline.ingest.catalogue import sync_catalogue
 from rag_pipeline.ingest.chunk import sync_chunks
 from rag_pipeline.ingest.convert import sync_markdown
 from rag_pipeline.ingest.embed import sync_embeddings
+from rag_pipeline.ingest.generation import finalize_generation
 from rag_pipeline.ingest.index import sync_vector_index
 from rag_pipeline.ingest.manifest import configured_report
 from rag_pipeline.ingest.raw import sync_raw
@@ -38,6 +40,7 @@ TABLE_COLUMNS = {
 }
 OWNERS = ["team:rag-platform"]
 TOTALS = "totals"  # metadata key of a stage's StageTotals (JSON), which the in-process runner sums
+GENERATION = "generation"  # metadata key of index_generation's GenerationReport (JSON)
 SHARDED = {
     "partitions_def": SHARDS,
     "backfill_policy": dg.BackfillPolicy.single_run(),
@@ -81,7 +84,8 @@ def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecu
     totals = report.totals()
     counts = {"added": totals.added, "skipped": totals.skipped, "purged": totals.purged, "failed": totals.failed}
     sidecar = rag.sidecar()
-    sidecar.record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds)
+    sidecar.record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds,
+                       report.actions())
     metadata: dict[str, Any] = {
         "shards": ",".join(report.shards),
         **counts,
@@ -115,9 +119,10 @@ def coverage_table(label: str, coverage: dict[str, dict[str, int]]) -> list[str]
 
 @dg.asset(group_name="ingest", kinds={"python"}, owners=OWNERS)
 def source_manifest(rag: RagResource) -> dg.MaterializeResult:
-    """Dry run of the roots: every file with included / refused / excluded and the reason, coverage by type, top
-    folder and tag, largest and empty files, and the text files redaction would change. Converts nothing."""
-    report = configured_report(rag.settings)
+    """Dry run of every configured source: every file with included / refused / excluded and the reason, coverage
+    by type, top folder and tag, largest and empty files, and the text files redaction would change. Converts
+    nothing."""
+    report = configured_report(rag.settings, specs=rag.source_specs())
     summary = report["summary"]
     by_tag = "no tag rules (RAG_CORPUS_RULES)"
     if report["tag_patterns"]:
@@ -147,11 +152,22 @@ def source_manifest(rag: RagResource) -> dg.MaterializeResult:
 
 @dg.asset(**INGEST, kinds={"python"})
 def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
-    """Discover the roots, snapshot new documents' bytes, drop vanished SHAs, record current paths and tags."""
+    """Discover the sources, snapshot new documents' bytes, drop vanished SHAs (their points first, from the
+    generation being built and the one queries use), record current paths, tags and sources."""
     manifest = rag.manifest()
     sidecar = rag.sidecar()
-    sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
-    report = sync_raw(rag.settings, manifest, context.partition_keys, sidecar)
+    with rag.live_stores() as live:
+        def purge_points(shas: list[str]) -> int:
+            deleted = 0
+            for store in live:
+                held = sum(store.count(sha=sha) for sha in shas)
+                if held:
+                    store.delete_shas(shas)
+                    store.mark_changed()
+                deleted += held
+            return deleted
+
+        report = sync_raw(rag.settings, manifest, context.partition_keys, sidecar, purge_points)
     metadata = stage_metadata(report, rag, context)
     totals = report.totals()
     metadata.update(moved=totals.moved, retagged=totals.retagged, unchanged=totals.unchanged)
@@ -245,9 +261,40 @@ def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset(deps=[metadata_sidecar], group_name="index", kinds={"duckdb"}, owners=OWNERS)
+@dg.asset(
+    deps=[metadata_sidecar],
+    group_name="index",
+    kinds={"qdrant"},
+    owners=OWNERS,
+    pool="rag_store_writer",
+    check_specs=[dg.AssetCheckSpec("generation_points_match_chunks", asset="index_generation")],
+)
+def index_generation(rag: RagResource) -> dg.MaterializeResult:
+    """Switch queries to the generation the settings describe (model, chunk and sparse settings) once every shard
+    of it is in sync and every point matches its chunk; drop generations beyond RAG_KEEP_GENERATIONS."""
+    report = finalize_generation(rag.settings, rag.sidecar())
+    state = "switched" if report.switched else "active" if report.active == report.target else "building"
+    return dg.MaterializeResult(
+        metadata={
+            "state": state, "target": report.target, "active": report.active or "none",
+            "previous": report.previous or "none", "pending_shards": len(report.pending_shards),
+            "points": report.points, "check_seconds": report.check_seconds, "switch_ms": report.switch_ms,
+            "dropped": ", ".join(report.dropped) or "none", "kept": ", ".join(report.kept) or "none",
+            "drop_deferred": dg.MetadataValue.md(
+                "\n".join(f"- {gid}: {why}" for gid, why in report.drop_deferred.items()) or "none"),
+            GENERATION: dg.MetadataValue.json(report.to_json()),
+        },
+        check_results=[dg.AssetCheckResult(
+            check_name="generation_points_match_chunks", passed=not report.check_failures,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"violations": len(report.check_failures), "details": dg.MetadataValue.md(
+                "\n".join(f"- {v}" for v in report.check_failures) or "none")})],
+    )
+
+
+@dg.asset(deps=[index_generation], group_name="index", kinds={"duckdb"}, owners=OWNERS)
 def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
-    """Documents and chunks by type and by tag, failures and redaction totals over the whole corpus."""
+    """Documents and chunks by type, by source and by tag, failures and redaction totals over the whole corpus."""
     sidecar = rag.sidecar()
     by_type = sidecar.totals_by_type()
     redactions = sidecar.query("SELECT kind, sum(count) AS count FROM redactions GROUP BY kind ORDER BY count DESC")
@@ -257,6 +304,9 @@ def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
     lines += [
         f"| {r['doc_type']} | {r['documents']} | {r['failed']} | {r['chunks']} | {r['redactions']} |" for r in by_type
     ]
+    sources = ["| source | kind | documents | pending | failed | chunks |", "|---|---|---:|---:|---:|---:|"]
+    sources += [f"| {r['source']} | {r['kind']} | {r['documents']} | {r['pending']} | {r['failed']} | {r['chunks']} |"
+                for r in sidecar.totals_by_source()]
     tags = ["| tag | documents | chunks |", "|---|---:|---:|"]
     tags += [f"| {r['tag'] or '(untagged)'} | {r['documents']} | {r['chunks']} |" for r in sidecar.totals_by_tag()]
     return dg.MaterializeResult(
@@ -266,6 +316,7 @@ def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
             "failed": len(failures),
             "refused_files": len(refused),
             "by_type": dg.MetadataValue.md("\n".join(lines)),
+            "by_source": dg.MetadataValue.md("\n".join(sources)),
             "by_tag": dg.MetadataValue.md("\n".join(tags)),
             "redactions_by_kind": dg.MetadataValue.json({r["kind"]: r["count"] for r in redactions}),
             "failures": dg.MetadataValue.md(

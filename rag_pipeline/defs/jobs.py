@@ -14,6 +14,6 @@ ingest_job = dg.define_asset_job(
 
 corpus_summary_job = dg.define_asset_job(
     "corpus_summary_job",
-    selection=dg.AssetSelection.assets("corpus_summary"),
-    description="Refresh the corpus-wide summary from the sidecar.",
+    selection=dg.AssetSelection.assets("index_generation", "corpus_summary"),
+    description="Switch to the new index generation once it is complete, then refresh the corpus-wide summary.",
 )

@@ -13,7 +13,9 @@ from rag_pipeline.embedder import Embedder, EmbeddingCache
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import VectorStore
 from rag_pipeline.ingest.convert import DocumentConverter
-from rag_pipeline.ingest.discover import Manifest, discover_configured
+from rag_pipeline.ingest.discover import Manifest, discover_sources
+from rag_pipeline.ingest.membership import current_manifest, record_discovery
+from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec, configured_sources, resolve_source
 from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.settings import Settings
 
@@ -25,16 +27,32 @@ def shared_converter(pdf_pipeline: str) -> DocumentConverter:
 
 
 class RagResource(dg.ConfigurableResource):
-    """Overrides of Settings for a run; unset fields come from settings.py and RAG_* env vars."""
+    """Overrides of Settings for a run; unset fields come from settings.py and RAG_* env vars.
+
+    `source` (with `roots`: exactly those roots) names the one source a run re-discovers; without either, a run
+    re-discovers every configured source (RAG_SOURCES_FILE, and RAG_ROOTS as `default`). Sources it does not
+    re-discover keep the files their last sync recorded."""
 
     data_dir: str | None = None
     roots: list[str] | None = None
+    source: str | None = None
     show_progress: bool = False
+    rediscover: bool = True  # False: walk no folder, use what every source last recorded (a reindex)
 
     @property
     def settings(self) -> Settings:
-        overrides = {"data_dir": self.data_dir, "roots": self.roots}
+        overrides = {"data_dir": self.data_dir}
         return Settings(**{key: value for key, value in overrides.items() if value is not None})
+
+    def source_specs(self) -> list[SourceSpec]:
+        """The sources this resource's runs re-discover."""
+        settings = self.settings
+        if not self.rediscover:
+            return []
+        if self.source is None and not self.roots:
+            return list(configured_sources(settings).values())
+        stored = {name: row["roots"] for name, row in self.sidecar().sources().items()}
+        return [resolve_source(settings, self.source or DEFAULT_SOURCE, self.roots, stored)]
 
     def sidecar(self) -> Sidecar:
         return Sidecar(self.settings.sidecar_path)
@@ -53,13 +71,34 @@ class RagResource(dg.ConfigurableResource):
 
     @contextmanager
     def vector_store(self) -> Iterator[VectorStore]:
-        """The chunk collection of the configured model, closed on exit."""
+        """The collection of the index generation the settings describe (the one ingest builds), closed on exit."""
         with components.vector_store(self.settings) as store:
             yield store
 
-    def manifest(self) -> Manifest:
-        """Discover the roots, re-hashing only files whose size or mtime changed since the last scan."""
-        return discover_configured(self.settings)
+    @contextmanager
+    def live_stores(self) -> Iterator[list[VectorStore]]:
+        """The collections a purge must reach at once: the generation being built and the one queries use."""
+        settings = self.settings
+        target = components.target_generation(settings)
+        active = components.generations(settings).active()
+        opened: list[VectorStore] = []
+        try:
+            for generation in [target] + ([active] if active and active.id != target.id else []):
+                opened.append(components.open_generation(settings, generation))
+            yield opened
+        finally:
+            for store in opened:
+                store.close()
+
+    def manifest(self, *, record: bool = True) -> Manifest:
+        """The corpus: this resource's sources re-discovered (re-hashing only files whose size or mtime changed
+        since the last scan) and, with `record`, recorded as what they hold; the other sources as last recorded."""
+        specs = self.source_specs()
+        sidecar = self.sidecar()
+        discovered = discover_sources(self.settings, specs)
+        if record:
+            record_discovery(sidecar, specs, discovered)
+        return current_manifest(sidecar, discovered)
 
 
 class RetrievalResource(dg.ConfigurableResource):

@@ -1,7 +1,9 @@
-"""Run the ingest graph in-process through Dagster for the shards that changed, and summarise it.
+"""Run the ingest graph in-process through Dagster for the shards that changed, switch to a completed index
+generation, and summarise it.
 
-The CLI's `ingest` (and `beir`, `guard-eval`) and the API's `POST /ingest` call `ingest` here: it is the one
-place outside the Dagster UI that launches runs. The summary is added up from each stage's typed StageTotals.
+The CLI's `ingest`, `reindex`, `upload` and `remove` (and `beir`, `guard-eval`) and the API's `POST /ingest` and
+uploads call `ingest` here: it is the one place outside the Dagster UI that launches runs. The summary is added
+up from each stage's typed StageTotals and the sidecar's record of what each run did to each document.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any
 
 import dagster as dg
 
-from rag_pipeline.defs.assets import INGEST_ASSETS, TOTALS, corpus_summary
+from rag_pipeline import components
+from rag_pipeline.defs.assets import GENERATION, INGEST_ASSETS, TOTALS, corpus_summary, index_generation
 from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.errors import IngestFailed
+from rag_pipeline.errors import ConfigError, IngestFailed
 from rag_pipeline.ingest.plan import pending_shards
 from rag_pipeline.ingest.stage import StageTotals
 from rag_pipeline.ingest.summary import IngestSummary
@@ -48,38 +51,47 @@ def stage_totals(result: dg.ExecuteInProcessResult) -> dict[str, StageTotals]:
     return totals
 
 
-def ingest(roots: Sequence[str | Path], data_dir: str | Path | None = None, *, progress: bool = False) -> dict[str, Any]:
-    """Sync the roots into the data dir; returns the summary the CLI prints as JSON."""
+def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | None = None, *,
+           source: str | None = None, rediscover: bool = True, progress: bool = False) -> dict[str, Any]:
+    """Sync sources into the data dir; returns the summary the CLI prints as JSON.
+
+    With `roots`, the source `source` (default `default`) is synced to exactly those roots; with `source` alone,
+    to its configured (or last synced) roots; with neither, every configured source. `rediscover=False` walks no
+    folder: the index generation the settings describe is built from what the sources last recorded (reindex).
+    Then, once that generation is complete, queries switch to it.
+    """
     started = time.perf_counter()
     rag = RagResource(
-        roots=[str(Path(root).resolve()) for root in roots],
-        data_dir=str(data_dir) if data_dir is not None else None,
-        show_progress=progress,
+        roots=[str(Path(root).resolve()) for root in roots] if roots else None, source=source,
+        data_dir=str(data_dir) if data_dir is not None else None, show_progress=progress, rediscover=rediscover,
     )
     settings, sidecar = rag.settings, rag.sidecar()
+    specs = rag.source_specs()
+    if rediscover and not specs:
+        raise ConfigError("nothing to ingest: give folders, or configure sources (RAG_SOURCES_FILE) or RAG_ROOTS")
     manifest = rag.manifest()
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
-    summary = IngestSummary(shards=shards)
-    if shards:
-        runs = shard_runs(shards)
-        with dagster_instance() as instance:
-            for run in runs:
-                result = dg.materialize(
-                    INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=shard_run_tags(run),
-                    run_config=QUIET_LOGS, raise_on_error=False,
-                )
-                if not result.success:
-                    raise IngestFailed(run_failure(result))
-                summary.add_run(result.run_id, stage_totals(result))
-            dg.materialize([corpus_summary, *INGEST_ASSETS], selection=[corpus_summary], resources={"rag": rag},
-                           instance=instance, run_config=QUIET_LOGS)
-        covered = {key for run in runs for key in settings.shard_keys if run[0] <= key <= run[-1]}
-        summary.outside_runs = sum(1 for sha in manifest.documents() if settings.shard_of(sha) not in covered)
-    else:
-        sidecar.replace_source_errors((error.path, error.reason) for error in manifest.errors)
-        summary.outside_runs = len(manifest.documents())
-    summary.record_failures(manifest, sidecar)
+    summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs])
+    target = components.target_generation(settings)
+    with dagster_instance() as instance:
+        for run in shard_runs(shards):
+            result = dg.materialize(
+                INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=shard_run_tags(run),
+                run_config=QUIET_LOGS, raise_on_error=False,
+            )
+            if not result.success:
+                raise IngestFailed(run_failure(result))
+            summary.add_run(result.run_id, stage_totals(result))
+        if shards or components.generations(settings).active_id() != target.id:
+            result = dg.materialize([index_generation, corpus_summary, *INGEST_ASSETS],
+                                    selection=[index_generation, corpus_summary], resources={"rag": rag},
+                                    instance=instance, run_config=QUIET_LOGS)
+            event = result.asset_materializations_for_node("index_generation")[0]
+            summary.generation = event.metadata[GENERATION].value
+    if summary.generation is None:
+        summary.generation = {"target": target.id, "active": target.id, "switched": False}
+    summary.record_documents(manifest, sidecar)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary.to_json()
 

@@ -1,4 +1,4 @@
-"""File sensor: re-ingests the shards whose documents changed under the roots."""
+"""File sensor: re-ingests the shards whose documents changed in any configured source."""
 
 import hashlib
 import json
@@ -16,10 +16,12 @@ from rag_pipeline.settings import Settings
 
 
 def shard_digests(settings: Settings, manifest: Manifest) -> dict[str, str]:
-    """shard -> digest of its (sha, path, tags) entries: any add, edit, move, copy, delete or re-tag changes it."""
+    """shard -> digest of its (sha, path, tags, source) entries: any add, edit, move, copy, delete, re-tag or change
+    of source membership changes it."""
     lines: dict[str, list[str]] = {}
     for source in manifest.files:
         entry = f"{source.sha256}\t{source.path}" + (f"\t{','.join(source.tags)}" if source.tags else "")
+        entry += f"\t@{source.source}"
         lines.setdefault(settings.shard_of(source.sha256), []).append(entry)
     return {
         shard: hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
@@ -35,9 +37,9 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
     With no cursor yet (first tick), the shards whose stored state differs from the tree are requested.
     """
     settings = rag.settings
-    if not settings.roots:
-        return dg.SkipReason("no source roots configured (set RAG_ROOTS)")
-    manifest = rag.manifest()
+    if not rag.source_specs():
+        return dg.SkipReason("no sources configured (set RAG_SOURCES_FILE or RAG_ROOTS)")
+    manifest = rag.manifest(record=False)  # the runs record what they sync
     digests = shard_digests(settings, manifest)
     if context.cursor is None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Sequence
@@ -19,9 +20,28 @@ import qdrant_edge as qe
 
 from rag_pipeline.errors import StoreLocked
 from rag_pipeline.index.vector_store import (  # the collection layout both backends share
-    BATCH_SIZE, DENSE, KEYWORD_FIELDS, PREFIX_FIELD, SPARSE, TEXT_FIELD, Condition, Filters, Hit, HnswSettings,
-    HybridQuery, IndexPoint, IndexedDocument, SparseVector, VectorStore, count_point, label_payload,
-    new_index_version, parse_filters,
+    BATCH_SIZE,
+    DENSE,
+    KEYWORD_FIELDS,
+    LABEL_FIELDS,
+    PREFIX_FIELD,
+    SPARSE,
+    TEXT_FIELD,
+    Condition,
+    Filters,
+    Hit,
+    HnswSettings,
+    HybridQuery,
+    IndexedChunk,
+    IndexedDocument,
+    IndexPoint,
+    SparseVector,
+    VectorStore,
+    count_point,
+    label_payload,
+    new_index_version,
+    parse_filters,
+    text_digest,
 )
 
 FULL_SCAN_THRESHOLD_KB = 10_000  # Qdrant's default: below this size a segment is searched exactly
@@ -68,8 +88,8 @@ class EdgeStore(VectorStore):
             condition = qe.FieldCondition("sha", match=qe.MatchAny(list(shas)))
             self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
 
-    def relabel(self, sha: str, paths: list[str], tags: list[str]) -> None:
-        payload = label_payload(paths, tags)
+    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str]) -> None:
+        payload = label_payload(paths, tags, sources)
         self._shard.update(qe.UpdateOperation.set_payload_by_filter(_filter({"sha": sha}), payload))
 
     def shard_state(self, shard: str) -> dict[str, IndexedDocument]:
@@ -78,13 +98,25 @@ class EdgeStore(VectorStore):
         while True:
             request = qe.ScrollRequest(
                 offset=offset, limit=SCROLL_PAGE, filter=_filter({"shard": shard}),
-                with_payload=["sha", "paths", "tags"]
+                with_payload=LABEL_FIELDS
             )
             records, offset = self._shard.scroll(request)
             for record in records:
                 count_point(state, record.payload)
             if offset is None:
                 return state
+
+    def shard_chunks(self, shard: str) -> dict[str, IndexedChunk]:
+        chunks: dict[str, IndexedChunk] = {}
+        offset = None
+        while True:
+            request = qe.ScrollRequest(offset=offset, limit=SCROLL_PAGE, filter=_filter({"shard": shard}),
+                                       with_payload=["sha", TEXT_FIELD])
+            records, offset = self._shard.scroll(request)
+            for record in records:
+                chunks[str(record.id)] = IndexedChunk(record.payload["sha"], text_digest(record.payload[TEXT_FIELD]))
+            if offset is None:
+                return chunks
 
     def get(self, ids: Sequence[str]) -> list[Hit]:
         records = self._shard.retrieve(list(ids), with_payload=True, with_vector=False)
@@ -150,6 +182,20 @@ class EdgeStore(VectorStore):
     def _version_path(self) -> Path:
         """The index version lives in a file next to the shard (qdrant-edge has no collection metadata)."""
         return self.path.with_name(self.path.name + ".version")
+
+    def drop(self) -> None:
+        """Close the shard and delete its folder, version and lock files. Refused (StoreLocked) while another
+        opener in this process still uses it."""
+        with _registry_lock:
+            if self.openers > 1:
+                raise StoreLocked(f"the embedded vector store {self.path} is still open in this process")
+            self.openers = 0
+            _open_stores.pop(self.path, None)
+            self._shard.close()
+            shutil.rmtree(self.path, ignore_errors=True)
+            self._version_path.unlink(missing_ok=True)
+            self.path.with_name(self.path.name + ".lock").unlink(missing_ok=True)
+            os.close(self._lock_fd)
 
     def close(self) -> None:
         with _registry_lock:

@@ -52,3 +52,47 @@ def open_vector_store(
     from rag_pipeline.index.edge_store import open_edge_store
 
     return open_edge_store(data_dir / "qdrant_edge" / collection, collection, dimension, hnsw)
+
+
+def server_client(qdrant_url: str, qdrant_api_key: str | None):  # noqa: ANN201 (qdrant-client is imported lazily)
+    """A client of the Qdrant server (the shared in-process client for ":memory:"), and whether to close it."""
+    from rag_pipeline.index.server_store import connect, shared_memory_client
+
+    if qdrant_url == ":memory:":
+        return shared_memory_client(), False
+    return connect(url=qdrant_url, api_key=qdrant_api_key, location=None), True
+
+
+def collection_exists(data_dir: Path, collection: str, qdrant_url: str | None = None,
+                      qdrant_api_key: str | None = None) -> bool:
+    """Whether the collection holds data: on the server, or as an embedded shard folder under the data dir."""
+    if not qdrant_url:
+        folder = data_dir / "qdrant_edge" / collection
+        return folder.is_dir() and any(folder.iterdir())
+    client, owned = server_client(qdrant_url, qdrant_api_key)
+    try:
+        return client.collection_exists(collection)
+    except Exception as error:
+        if is_connection_error(error):
+            raise store_unreachable(f"Qdrant server {qdrant_url}", error) from error
+        raise
+    finally:
+        if owned:
+            client.close()
+
+
+def point_alias(qdrant_url: str, qdrant_api_key: str | None, alias: str, collection: str) -> None:
+    """Move the server's alias to `collection` in one atomic alias update (created when missing)."""
+    from qdrant_client import models
+
+    client, owned = server_client(qdrant_url, qdrant_api_key)
+    try:
+        operations: list = []
+        if any(entry.alias_name == alias for entry in client.get_aliases().aliases):
+            operations.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
+        operations.append(models.CreateAliasOperation(
+            create_alias=models.CreateAlias(collection_name=collection, alias_name=alias)))
+        client.update_collection_aliases(change_aliases_operations=operations)
+    finally:
+        if owned:
+            client.close()

@@ -12,9 +12,28 @@ from typing import Any
 from qdrant_client import QdrantClient, models
 
 from rag_pipeline.index.vector_store import (  # the collection layout both backends share
-    BATCH_SIZE, DENSE, KEYWORD_FIELDS, PREFIX_FIELD, SPARSE, TEXT_FIELD, Condition, Filters, Hit, HnswSettings,
-    HybridQuery, IndexPoint, IndexedDocument, SparseVector, VectorStore, count_point, label_payload,
-    new_index_version, parse_filters,
+    BATCH_SIZE,
+    DENSE,
+    KEYWORD_FIELDS,
+    LABEL_FIELDS,
+    PREFIX_FIELD,
+    SPARSE,
+    TEXT_FIELD,
+    Condition,
+    Filters,
+    Hit,
+    HnswSettings,
+    HybridQuery,
+    IndexedChunk,
+    IndexedDocument,
+    IndexPoint,
+    SparseVector,
+    VectorStore,
+    count_point,
+    label_payload,
+    new_index_version,
+    parse_filters,
+    text_digest,
 )
 
 TIMEOUT_SECONDS = 60
@@ -96,8 +115,8 @@ class ServerStore(VectorStore):
             selector = models.FilterSelector(filter=models.Filter(must=[condition]))
             self.client.delete(self.collection, selector, wait=True)
 
-    def relabel(self, sha: str, paths: list[str], tags: list[str]) -> None:
-        payload = label_payload(paths, tags)
+    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str]) -> None:
+        payload = label_payload(paths, tags, sources)
         self.client.set_payload(self.collection, payload, points=_filter({"sha": sha}), wait=True)
 
     def shard_state(self, shard: str) -> dict[str, IndexedDocument]:
@@ -109,12 +128,23 @@ class ServerStore(VectorStore):
                 scroll_filter=_filter({"shard": shard}),
                 limit=SCROLL_PAGE,
                 offset=offset,
-                with_payload=["sha", "paths", "tags"],
+                with_payload=LABEL_FIELDS,
             )
             for record in records:
                 count_point(state, record.payload)
             if offset is None:
                 return state
+
+    def shard_chunks(self, shard: str) -> dict[str, IndexedChunk]:
+        chunks: dict[str, IndexedChunk] = {}
+        offset = None
+        while True:
+            records, offset = self.client.scroll(self.collection, scroll_filter=_filter({"shard": shard}),
+                                                 limit=SCROLL_PAGE, offset=offset, with_payload=["sha", TEXT_FIELD])
+            for record in records:
+                chunks[str(record.id)] = IndexedChunk(record.payload["sha"], text_digest(record.payload[TEXT_FIELD]))
+            if offset is None:
+                return chunks
 
     def get(self, ids: Sequence[str]) -> list[Hit]:
         records = self.client.retrieve(self.collection, list(ids), with_payload=True)
@@ -171,6 +201,10 @@ class ServerStore(VectorStore):
         version = new_index_version()
         self.client.update_collection(self.collection, metadata={INDEX_VERSION_KEY: version})
         return version
+
+    def drop(self) -> None:
+        self.client.delete_collection(self.collection)
+        self.close()
 
     def close(self) -> None:
         if self.owns_client:

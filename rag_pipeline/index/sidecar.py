@@ -21,12 +21,13 @@ DOCUMENT_COLUMNS: dict[str, str] = {
     "sha": "VARCHAR PRIMARY KEY",
     "shard": "VARCHAR NOT NULL",
     "paths": "VARCHAR[] NOT NULL",
+    "sources": "VARCHAR[]",  # the sources that hold the document (NULL in rows written before sources existed)
     "rel_path": "VARCHAR",  # first path relative to its root: the document's name in embedded context
     "doc_type": "VARCHAR",
     "tags": "VARCHAR[]",  # from the corpus rules' per-folder tags, over all the document's paths
     "bytes": "BIGINT",
-    "status": "VARCHAR",  # pending | ok | failed
-    "stage": "VARCHAR",  # last stage that completed: raw | markdown | redacted | chunks
+    "status": "VARCHAR",  # pending (not fully ingested yet) | ok (catalogued: its ingest ended) | failed
+    "stage": "VARCHAR",  # last stage that completed: raw | markdown | redacted | chunks | catalogue
     "error": "VARCHAR",
     "converter": "VARCHAR",
     "pages": "INTEGER",
@@ -46,7 +47,14 @@ DOCUMENT_COLUMNS: dict[str, str] = {
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS documents ({", ".join(f"{name} {kind}" for name, kind in DOCUMENT_COLUMNS.items())});
-CREATE TABLE IF NOT EXISTS source_errors (path VARCHAR PRIMARY KEY, reason VARCHAR, seen_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS sources (name VARCHAR PRIMARY KEY, kind VARCHAR, roots VARCHAR[], synced_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS source_files (source VARCHAR NOT NULL, path VARCHAR NOT NULL, root VARCHAR,
+    sha VARCHAR NOT NULL, bytes BIGINT, doc_type VARCHAR, tags VARCHAR[], PRIMARY KEY (source, path));
+CREATE TABLE IF NOT EXISTS refusals (source VARCHAR NOT NULL, path VARCHAR NOT NULL, reason VARCHAR,
+    seen_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS uploads (path VARCHAR PRIMARY KEY, source VARCHAR NOT NULL, sha VARCHAR NOT NULL,
+    filename VARCHAR, bytes BIGINT, uploaded_by VARCHAR, uploaded_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS run_documents (run_id VARCHAR, stage VARCHAR, sha VARCHAR, action VARCHAR);
 CREATE TABLE IF NOT EXISTS chunks (
     chunk_id VARCHAR PRIMARY KEY, sha VARCHAR NOT NULL, shard VARCHAR NOT NULL, chunk_set VARCHAR NOT NULL,
     chunk_index INTEGER, heading_path VARCHAR, line_start INTEGER, page INTEGER, chars INTEGER);
@@ -57,6 +65,8 @@ CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR, asset VARCHAR, shards VARCHAR, 
 CREATE TABLE IF NOT EXISTS eval_runs (run_id VARCHAR, golden VARCHAR, index_version VARCHAR, collection VARCHAR,
     questions INTEGER, metrics JSON, finished_at TIMESTAMP);
 """
+SOURCE_FILE_COLUMNS = ["source", "path", "root", "sha", "bytes", "doc_type", "tags"]
+DEFAULT_SOURCE = "default"  # the source that documents of a sidecar from before named sources join
 CHUNK_COLUMNS = ["chunk_id", "sha", "shard", "chunk_set", "chunk_index", "heading_path", "line_start", "page", "chars"]
 
 LOCK_RETRY_SECONDS = 10.0
@@ -82,6 +92,32 @@ def add_missing_columns(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"ALTER TABLE documents ADD COLUMN IF NOT EXISTS {name} {kind}")
 
 
+def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0])
+
+
+def migrate_to_sources(con: duckdb.DuckDBPyConnection) -> None:
+    """A sidecar from before named sources: its documents join the source `default`, whose roots are derived from
+    each document's first path and its root-relative path; the last scan's refusals move to `refusals`."""
+    rows = records(con.execute("SELECT sha, paths, rel_path, bytes, doc_type, tags FROM documents"))
+    roots = sorted({row["paths"][0][: -len(row["rel_path"]) - 1] for row in rows
+                    if row["rel_path"] and row["paths"][0].endswith("/" + row["rel_path"])})
+    members = []
+    for row in rows:
+        for path in row["paths"]:
+            root = next((root for root in roots if path.startswith(root + "/")), str(Path(path).parent))
+            members.append({"source": DEFAULT_SOURCE, "path": path, "root": root, "sha": row["sha"],
+                            "bytes": row["bytes"], "doc_type": row["doc_type"], "tags": row["tags"] or []})
+    if members:
+        con.register("members", pd.DataFrame(members, columns=SOURCE_FILE_COLUMNS, dtype=object))
+        con.execute(f"INSERT OR REPLACE INTO source_files SELECT {', '.join(SOURCE_FILE_COLUMNS)} FROM members")
+        con.execute("INSERT OR REPLACE INTO sources VALUES (?, 'roots', ?, NULL)", [DEFAULT_SOURCE, roots])
+    con.execute("UPDATE documents SET sources = [?] WHERE sources IS NULL", [DEFAULT_SOURCE])
+    if table_exists(con, "source_errors"):
+        con.execute("INSERT INTO refusals SELECT ?, path, reason, seen_at FROM source_errors", [DEFAULT_SOURCE])
+        con.execute("DROP TABLE source_errors")
+
+
 class Sidecar:
     """The DuckDB file at `path`; created with its schema on first use."""
 
@@ -89,8 +125,11 @@ class Sidecar:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as con:
+            had_sources = table_exists(con, "source_files")
             con.execute(SCHEMA)
             add_missing_columns(con)
+            if not had_sources:
+                migrate_to_sources(con)
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -197,13 +236,28 @@ class Sidecar:
             con.execute("INSERT INTO redactions SELECT sha, shard, kind, count FROM incoming_redactions")
             con.execute("COMMIT")
 
-    def record_run(self, run_id: str, asset: str, shards: list[str], counts: dict[str, int], seconds: float) -> None:
+    def record_run(self, run_id: str, asset: str, shards: list[str], counts: dict[str, int], seconds: float,
+                   actions: dict[str, list[str]] | None = None) -> None:
+        """A stage's counts in one run, and what it did to each document (action -> SHAs: added, purged, ...)."""
+        rows = [(run_id, asset, sha, action) for action, shas in (actions or {}).items() for sha in shas]
         with self.connect() as con:
             con.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [run_id, asset, ",".join(shards), counts.get("added", 0), counts.get("skipped", 0),
                  counts.get("purged", 0), counts.get("failed", 0), seconds, now()],
             )
+            if rows:
+                con.register("incoming", pd.DataFrame(rows, columns=["run_id", "stage", "sha", "action"], dtype=object))
+                con.execute("INSERT INTO run_documents SELECT run_id, stage, sha, action FROM incoming")
+
+    def run_actions(self, run_ids: list[str]) -> dict[tuple[str, str], set[str]]:
+        """(stage, action) -> the SHAs it applied to in these runs."""
+        actions: dict[tuple[str, str], set[str]] = {}
+        with self.connect() as con:
+            for stage, action, sha in con.execute(
+                    "SELECT stage, action, sha FROM run_documents WHERE list_contains(?, run_id)", [run_ids]).fetchall():
+                actions.setdefault((stage, action), set()).add(sha)
+        return actions
 
     def record_eval(self, run_id: str, golden: str, index_version: str, collection: str, questions: int,
                     metrics: dict[str, float]) -> None:
@@ -225,15 +279,54 @@ class Sidecar:
         with self.connect() as con:
             return records(con.execute(sql, params or []))
 
-    def replace_source_errors(self, errors: Iterable[tuple[str, str]]) -> None:
-        """Discovery refusals of the latest full scan (path, reason)."""
-        frame = pd.DataFrame(list(errors), columns=["path", "reason"], dtype=object)
-        frame["seen_at"] = now()
+    def record_source(self, name: str, kind: str, roots: list[str], files: list[dict[str, Any]],
+                      refusals: list[tuple[str, str]]) -> bool:
+        """Replace what the source holds (its files as SOURCE_FILE_COLUMNS dicts, and the refusals of its scan);
+        True when its files changed. Unchanged files are not rewritten (a no-change sync stays cheap)."""
+        stamp = now()
+        incoming = sorted((row["path"], row["sha"], sorted(row["tags"] or [])) for row in files)
         with self.connect() as con:
-            con.execute("DELETE FROM source_errors")
-            con.register("incoming", frame)
-            con.execute("INSERT INTO source_errors SELECT path, reason, seen_at FROM incoming")
+            stored = sorted((path, sha, sorted(tags or [])) for path, sha, tags in con.execute(
+                "SELECT path, sha, tags FROM source_files WHERE source = ?", [name]).fetchall())
+            con.execute("BEGIN TRANSACTION")
+            changed = stored != incoming
+            if changed:
+                con.execute("DELETE FROM source_files WHERE source = ?", [name])
+                con.register("incoming", pd.DataFrame(files, columns=SOURCE_FILE_COLUMNS, dtype=object))
+                con.execute(f"INSERT INTO source_files SELECT {', '.join(SOURCE_FILE_COLUMNS)} FROM incoming")
+            con.execute("DELETE FROM refusals WHERE source = ?", [name])
+            if refusals:
+                frame = pd.DataFrame([(name, path, reason, stamp) for path, reason in refusals],
+                                     columns=["source", "path", "reason", "seen_at"], dtype=object)
+                con.register("incoming_refusals", frame)
+                con.execute("INSERT INTO refusals SELECT source, path, reason, seen_at FROM incoming_refusals")
+            con.execute("INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)", [name, kind, roots, stamp])
+            con.execute("COMMIT")
+        return changed
 
-    def source_errors(self) -> list[dict[str, Any]]:
+    def source_files(self, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Every source's recorded files (SOURCE_FILE_COLUMNS dicts), except those of the `exclude` sources."""
         with self.connect() as con:
-            return records(con.execute("SELECT path, reason FROM source_errors ORDER BY path"))
+            return records(con.execute(
+                f"SELECT {', '.join(SOURCE_FILE_COLUMNS)} FROM source_files WHERE NOT list_contains(?, source) "
+                "ORDER BY path, source", [list(exclude)]))
+
+    def sources(self) -> dict[str, dict[str, Any]]:
+        """name -> {kind, roots, synced_at} of every source synced so far."""
+        with self.connect() as con:
+            return {row["name"]: row for row in records(con.execute("SELECT * FROM sources ORDER BY name"))}
+
+    def totals_by_source(self) -> list[dict[str, Any]]:
+        """Documents, failures and chunks per source (a document counts under each source that holds it)."""
+        return self.query(
+            "SELECT s.name AS source, s.kind, count(d.sha) AS documents, "
+            "count(d.sha) FILTER (d.status = 'failed') AS failed, "
+            "count(d.sha) FILTER (d.status = 'pending') AS pending, coalesce(sum(d.chunks), 0) AS chunks "
+            "FROM sources s LEFT JOIN documents d ON list_contains(d.sources, s.name) GROUP BY s.name, s.kind "
+            "ORDER BY s.name")
+
+    def source_errors(self, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Discovery refusals of each source's latest scan (source, path, reason), except the `exclude` sources'."""
+        with self.connect() as con:
+            return records(con.execute("SELECT source, path, reason FROM refusals WHERE NOT list_contains(?, source) "
+                                       "ORDER BY path, source", [list(exclude)]))

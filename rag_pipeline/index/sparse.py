@@ -13,6 +13,7 @@ from rag_pipeline.index.vector_store import SparseVector
 # English tokenization, stopwords and Snowball stemming. avg_len is the typical number of tokens left in a
 # default 512-character chunk; changing any setting requires re-indexing.
 BM25_CONFIG = qdrant_edge.Bm25Config(k=1.2, b=0.75, avg_len=50.0, language="english")
+SPARSE_ID = "bm25-k1.2-b0.75-avg50-english"  # names these settings in the index generation
 
 _model = qdrant_edge.Bm25(BM25_CONFIG)
 

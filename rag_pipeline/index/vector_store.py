@@ -7,6 +7,7 @@ Qdrant server, or its in-process `:memory:` mode). This module imports neither; 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from abc import ABC, abstractmethod
@@ -19,13 +20,15 @@ from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
 
 DENSE = "dense"
 SPARSE = "bm25"
-KEYWORD_FIELDS = ("path", "sha", "shard", "doc_type", "heading_path", "tags")  # keyword payload indexes
+KEYWORD_FIELDS = ("path", "sha", "shard", "doc_type", "heading_path", "tags", "sources")  # keyword payload indexes
 PREFIX_FIELD = "paths"  # keyword index with prefix matching: serves exact `paths` and `path_prefix` filters
 # Filter keys: exact match (a value, or any of a list of values) on a payload field (on the list fields `paths`
-# and `tags`: any element), and `path_prefix`, which matches a point when any of its paths starts with the given
-# string (character-wise, case-sensitive).
-FILTER_KEYS = ("path", "paths", "sha", "shard", "doc_type", "heading_path", "tags", "path_prefix")
+# and `tags`: any element; `source` matches any element of `sources`), and `path_prefix`, which matches a point
+# when any of its paths starts with the given string (character-wise, case-sensitive).
+FILTER_KEYS = ("path", "paths", "sha", "shard", "doc_type", "heading_path", "tags", "source", "path_prefix")
 PATH_PREFIX = "path_prefix"
+SOURCES_FIELD = "sources"  # the payload field of the sources that hold a document
+FILTER_FIELDS = {"source": SOURCES_FIELD}  # filter keys named differently from their payload field
 TEXT_FIELD = "text"
 BATCH_SIZE = 256
 
@@ -55,29 +58,46 @@ class Hit:
 
 
 class IndexedDocument(NamedTuple):
-    """What the index holds of one document: its point count, and the paths and tags on its points (both empty
-    when its points disagree, e.g. after a relabel that failed part way, so they match no document's labels)."""
+    """What the index holds of one document: its point count, and the paths, tags and sources on its points (all
+    empty when its points disagree, e.g. after a relabel that failed part way, so they match no document's
+    labels)."""
 
     points: int
     paths: list[str]
     tags: list[str]
+    sources: list[str] = []
+
+
+LABEL_FIELDS = ["sha", "paths", "tags", SOURCES_FIELD]  # the payload a shard state reads
 
 
 def count_point(state: dict[str, IndexedDocument], payload: Mapping[str, Any]) -> None:
-    """Add one point (its `sha`, `paths` and `tags` payload) to a shard state."""
-    paths, tags = payload["paths"], payload.get("tags") or []
+    """Add one point (its `sha`, `paths`, `tags` and `sources` payload) to a shard state."""
+    labels = (payload["paths"], payload.get("tags") or [], payload.get(SOURCES_FIELD) or [])
     held = state.get(payload["sha"])
     if held is None:
-        state[payload["sha"]] = IndexedDocument(1, paths, tags)
-    elif (held.paths, held.tags) == (paths, tags):
-        state[payload["sha"]] = IndexedDocument(held.points + 1, paths, tags)
+        state[payload["sha"]] = IndexedDocument(1, *labels)
+    elif (held.paths, held.tags, held.sources) == labels:
+        state[payload["sha"]] = IndexedDocument(held.points + 1, *labels)
     else:
-        state[payload["sha"]] = IndexedDocument(held.points + 1, [], [])
+        state[payload["sha"]] = IndexedDocument(held.points + 1, [], [], [])
 
 
-def label_payload(paths: list[str], tags: list[str]) -> dict[str, Any]:
-    """The payload that follows the source tree and the corpus rules rather than a document's bytes."""
-    return {"paths": paths, "path": paths[0], "tags": tags}
+def label_payload(paths: list[str], tags: list[str], sources: list[str]) -> dict[str, Any]:
+    """The payload that follows the sources, their trees and rules rather than a document's bytes."""
+    return {"paths": paths, "path": paths[0], "tags": tags, SOURCES_FIELD: sources}
+
+
+def text_digest(text: str) -> str:
+    """The content hash of a chunk's text, which the index check compares with the chunk artifact's."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+class IndexedChunk(NamedTuple):
+    """One point as the index check sees it: its document and the hash of its text."""
+
+    sha: str
+    text_digest: str
 
 
 @dataclass(frozen=True)
@@ -93,14 +113,13 @@ FilterValue = str | Sequence[str]
 # A request's filters (filter key -> value), or conditions already parsed (a request's filters and a Scope).
 Filters = Mapping[str, FilterValue] | Sequence[Condition]
 FusionMethod = Literal["rrf", "dbsf"]
-SOURCES_FIELD = "sources"  # the payload field of the sources that hold a document (written by a later version)
 
 
 @dataclass(frozen=True)
 class Scope:
     """What an API key may see, ANDed with a request's filters inside every search leg: chunks with any of `tags`
-    (when given) that lie in any of `sources` (payload `sources`, when given: no chunk has it yet, so a
-    source-scoped key sees nothing until the ingest writes it). A request's filters can narrow it, never widen it."""
+    (when given) that lie in any of `sources` (payload `sources`, when given). A request's filters can narrow it,
+    never widen it."""
 
     tags: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
@@ -127,7 +146,7 @@ def parse_filters(filters: Filters | None) -> list[Condition]:
                 raise InputError(f"filter {key!r} takes one prefix, got {value!r}")
             conditions.append(Condition(PREFIX_FIELD, "prefix", values))
         else:
-            conditions.append(Condition(key, "value" if len(values) == 1 else "any", values))
+            conditions.append(Condition(FILTER_FIELDS.get(key, key), "value" if len(values) == 1 else "any", values))
     return conditions
 
 
@@ -237,12 +256,20 @@ class VectorStore(ABC):
         """Delete every point of these documents."""
 
     @abstractmethod
-    def relabel(self, sha: str, paths: list[str], tags: list[str]) -> None:
-        """Set payload `paths`, `path` (the first one) and `tags` on every point of a document."""
+    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str]) -> None:
+        """Set payload `paths`, `path` (the first one), `tags` and `sources` on every point of a document."""
 
     @abstractmethod
     def shard_state(self, shard: str) -> dict[str, IndexedDocument]:
         """sha -> what the index holds of every document with points in the shard."""
+
+    @abstractmethod
+    def shard_chunks(self, shard: str) -> dict[str, IndexedChunk]:
+        """point id -> (sha, hash of the text) of every point in the shard."""
+
+    @abstractmethod
+    def drop(self) -> None:
+        """Delete the whole collection (an old index generation) and close the store."""
 
     @abstractmethod
     def get(self, ids: Sequence[str]) -> list[Hit]:

@@ -1,5 +1,7 @@
-"""The metadata_sidecar stage: every document's chunk and redaction rows in the DuckDB sidecar (for exact
-questions), rows of vanished documents dropped."""
+"""The metadata_sidecar stage, the end of a document's ingest: its chunk and redaction rows in the DuckDB sidecar
+(for exact questions), rows of vanished documents dropped, and its status `ok`. A document catalogued for the
+first time is `completed` (what the ingest summary counts as added); one re-catalogued (new chunk settings) is not.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +45,10 @@ def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) 
     replaced += report.added
     sidecar.replace_catalogue(replaced, chunk_rows, redaction_rows)
     finished = datetime.now(UTC).replace(tzinfo=None)
-    sidecar.upsert([{"sha": sha, "chunk_set": chunk_set, "ingested_at": finished} for sha in report.added])
+    before = sidecar.documents_by_sha(report.added)
+    report.completed = [sha for sha in report.added if (before.get(sha) or {}).get("ingested_at") is None]
+    sidecar.upsert([{"sha": sha, "chunk_set": chunk_set, "ingested_at": finished, "status": "ok", "stage": "catalogue"}
+                    for sha in report.added if sha in before])
     report.chunks = len(chunk_rows)
     report.seconds = time.perf_counter() - started
     return report

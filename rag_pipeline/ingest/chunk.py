@@ -287,7 +287,7 @@ def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> 
                                                          for c in pieces))
         report.added.append(sha)
         report.chunks += len(pieces)
-        rows.append({"sha": sha, "stage": "chunks", "status": "ok", "chunks": len(pieces), "chunk_ms": elapsed_ms})
+        rows.append({"sha": sha, "stage": "chunks", "chunks": len(pieces), "chunk_ms": elapsed_ms})
     sidecar.upsert(rows)
     report.seconds = time.perf_counter() - started
     return report

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rag_pipeline.errors import InputError
 from rag_pipeline.ingest.rules import CorpusRules, configured_rules, ignoring_pattern
+from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import DOC_TYPES, Settings
 
 TEXT_TYPES = frozenset({"md", "txt", "html"})
@@ -20,8 +21,8 @@ SNIFF_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class SourceFile:
-    """A usable document: its path (absolute, as found under its root), the SHA-256 of its bytes and the tags the
-    corpus rules give its path."""
+    """A usable document file: its path (absolute, as found under its root), the SHA-256 of its bytes, the tags the
+    corpus rules give its path and the source it was found in."""
 
     path: str
     root: str
@@ -29,6 +30,7 @@ class SourceFile:
     size: int
     doc_type: str
     tags: tuple[str, ...] = ()
+    source: str = DEFAULT_SOURCE
 
     @property
     def relative_path(self) -> str:
@@ -52,9 +54,10 @@ class Manifest:
     excluded: list[SourceError] = field(default_factory=list)  # left out by choice (ignore pattern, type)
 
     def documents(self) -> dict[str, list[SourceFile]]:
-        """SHA -> every file with those bytes (identical files under several paths are one document)."""
+        """SHA -> every file with those bytes (identical files under several paths, or in several sources, are one
+        document)."""
         by_sha: dict[str, list[SourceFile]] = {}
-        for source in sorted(self.files, key=lambda f: f.path):
+        for source in sorted(self.files, key=lambda f: (f.path, f.source)):
             by_sha.setdefault(source.sha256, []).append(source)
         return by_sha
 
@@ -62,6 +65,16 @@ class Manifest:
 def document_tags(sources: Iterable[SourceFile]) -> list[str]:
     """A document's tags: those of all its paths, sorted."""
     return sorted({tag for source in sources for tag in source.tags})
+
+
+def document_paths(files: Iterable[SourceFile]) -> list[str]:
+    """A document's paths, sorted, each once (a path two sources share is one path)."""
+    return sorted({file.path for file in files})
+
+
+def document_sources(files: Iterable[SourceFile]) -> list[str]:
+    """The names of the sources that hold a document, sorted."""
+    return sorted({file.source for file in files})
 
 
 # Cache of (size, mtime_ns) -> sha per resolved path, so unchanged files are not re-hashed.
@@ -217,9 +230,10 @@ def discover(
     max_file_bytes: int = 50 * 1024 * 1024,
     cache: HashCache | None = None,
     rules: CorpusRules | None = None,
+    source: str = DEFAULT_SOURCE,
 ) -> Manifest:
     """Walk every root once and return the manifest of usable, refused and excluded files (`rules`: corpus
-    rules that may exclude more and tag the files they keep)."""
+    rules that may exclude more and tag the files they keep; `source`: the name the files are found under)."""
     manifest = Manifest()
     seen: set[Path] = set()
     for root in dedupe_roots(roots):
@@ -239,31 +253,48 @@ def discover(
                 manifest.excluded.append(SourceError(str(path), exclusion))
                 continue
             try:
-                source = inspect(path, root, max_file_bytes=max_file_bytes, cache=cache)
+                found = inspect(path, root, max_file_bytes=max_file_bytes, cache=cache)
             except RefusedFile as exc:
                 manifest.errors.append(SourceError(str(path), str(exc)))
                 continue
             if rules is not None and rules.tags:
-                source = replace(source, tags=rules.tags_for(source.relative_path))
-            manifest.files.append(source)
+                found = replace(found, tags=rules.tags_for(found.relative_path))
+            manifest.files.append(replace(found, source=source))
     return manifest
 
 
 def discover_configured(settings: Settings, roots: Sequence[str | Path] | None = None, *,
                         save_cache: bool = True) -> Manifest:
-    """Discover `roots` (default: the configured roots) under the configured ignore patterns, extensions, size
-    limit and corpus rules, re-hashing only files whose size or mtime changed since the last scan (the hash
-    cache in the data dir, updated unless `save_cache` is False: a dry run writes nothing). The CLI's ingest and
-    manifest, the Dagster assets and the sensor all call this."""
+    """Discover `roots` (default: the configured roots) as the source `default` would: under RAG_CORPUS_RULES.
+    The CLI's manifest (a dry run, `save_cache=False`) calls this."""
+    spec = SourceSpec(DEFAULT_SOURCE, tuple(Path(root) for root in (settings.roots if roots is None else roots)),
+                      configured_rules(settings.corpus_rules))
+    return discover_sources(settings, [spec], save_cache=save_cache)[DEFAULT_SOURCE]
+
+
+def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_cache: bool = True
+                     ) -> dict[str, Manifest]:
+    """Each source's manifest: its roots under the configured ignore patterns, extensions and size limit and the
+    source's rules, re-hashing only files whose size or mtime changed since the last scan (the hash cache in the
+    data dir, updated unless `save_cache` is False: a dry run writes nothing). An upload area's folder is created
+    when missing."""
     cache_path = settings.data_dir / "hash_cache.json"
     cache: HashCache = {}
     if cache_path.is_file():
         cache = {path: tuple(entry) for path, entry in json.loads(cache_path.read_text()).items()}
-    manifest = discover(settings.roots if roots is None else roots, ignore=settings.ignore,
-                        extensions=settings.extensions, max_file_bytes=settings.max_file_bytes, cache=cache,
-                        rules=configured_rules(settings.corpus_rules))
+    manifests = {}
+    for spec in specs:
+        if spec.uploads:
+            for root in spec.roots:
+                root.mkdir(parents=True, exist_ok=True)
+        manifests[spec.name] = discover(spec.roots, ignore=settings.ignore, extensions=settings.extensions,
+                                        max_file_bytes=settings.max_file_bytes, cache=cache, rules=spec.rules,
+                                        source=spec.name)
     if save_cache:
-        live = {str(Path(f.path).resolve()) for f in manifest.files}
+        live = {str(Path(f.path).resolve()) for manifest in manifests.values() for f in manifest.files}
+        walked = [root.resolve() for spec in specs for root in spec.roots]
+        kept = {path: entry for path, entry in cache.items()  # other sources' entries stay
+                if path in live or not any(Path(path).is_relative_to(root) for root in walked)}
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        cache_path.write_text(json.dumps({path: entry for path, entry in cache.items() if path in live}))
-    return manifest
+        cache_path.write_text(json.dumps(kept))
+    return manifests

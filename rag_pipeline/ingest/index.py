@@ -1,28 +1,42 @@
-"""The vector_index stage: upsert new documents' points, delete purged documents' points, relabel (paths, tags)
-moved or re-tagged documents in place, and check the shard's points against the sidecar's chunk counts.
+"""The vector_index stage: upsert new documents' points, delete purged documents' points, relabel (paths, tags,
+sources) moved or re-tagged documents in place, and check the shard's points against the chunk artifacts.
 
-It reconciles the index with the embedding files by point counts per document, so a half-written document is
-rewritten."""
+A document is rewritten whenever the ids or the text hashes of its points differ from its chunk artifact (a
+half-written document, or chunks made differently), and the check compares every point's id and text hash with
+the artifacts, so stale text cannot pass it."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_document
-from rag_pipeline.index.vector_store import IndexedDocument, IndexPoint, VectorStore, label_payload
-from rag_pipeline.ingest.chunk import read_chunks
+from rag_pipeline.index.vector_store import (
+    IndexedChunk,
+    IndexedDocument,
+    IndexPoint,
+    VectorStore,
+    label_payload,
+    text_digest,
+)
+from rag_pipeline.ingest.chunk import Chunk, read_chunks
 from rag_pipeline.ingest.embed import contextual_text, document_name, read_vectors
-from rag_pipeline.ingest.stage import StageFigures, StageReport, stored_tags, stores
+from rag_pipeline.ingest.stage import StageFigures, StageReport, describe, stored_sources, stored_tags, stores
 from rag_pipeline.settings import Settings
 
 UPSERT_BATCH = 1024
+MAX_REPORTED = 50  # check violations listed per run
 
 
-def build_points(settings: Settings, shard: str, sha: str, row: dict, ingested_at: str) -> list[IndexPoint]:
-    pieces = read_chunks(settings, shard, sha)
+def row_labels(row: dict) -> tuple[list[str], list[str], list[str]]:
+    """A sidecar row's (paths, tags, sources) as the points carry them."""
+    return list(row["paths"]), stored_tags(row), stored_sources(row)
+
+
+def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: list[Chunk],
+                 ingested_at: str) -> list[IndexPoint]:
     vectors = read_vectors(settings, shard, sha)
     name = document_name(row, sha)
     return [
@@ -31,8 +45,7 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, ingested_a
             dense=vector.tolist(),
             sparse=encode_document(contextual_text(name, chunk)),
             payload={
-                "text": chunk.text, "window_text": chunk.window_text,
-                **label_payload(list(row["paths"]), stored_tags(row)),
+                "text": chunk.text, "window_text": chunk.window_text, **label_payload(*row_labels(row)),
                 "heading_path": chunk.heading_path, "line_start": chunk.line_start, "page": chunk.page,
                 "chunk_index": chunk.chunk_index, "sha": sha, "shard": shard, "doc_type": row["doc_type"],
                 "ingested_at": ingested_at,
@@ -42,40 +55,59 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, ingested_a
     ]
 
 
+def expected_chunks(settings: Settings, shard: str, shas: Iterable[str]) -> dict[str, dict[str, str]]:
+    """sha -> {chunk id: text hash} of each document's chunk artifact."""
+    return {sha: {chunk.chunk_id: text_digest(chunk.text) for chunk in read_chunks(settings, shard, sha)}
+            for sha in shas}
+
+
+def held_chunks(store: VectorStore, shard: str) -> dict[str, dict[str, str]]:
+    """sha -> {point id: text hash} of the points the index holds in the shard."""
+    held: dict[str, dict[str, str]] = {}
+    for point_id, chunk in store.shard_chunks(shard).items():
+        held.setdefault(chunk.sha, {})[point_id] = chunk.text_digest
+    return held
+
+
 def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
-    """Upsert new documents' points, delete purged documents' points, and relabel (paths, tags) the points of
-    documents that were moved, copied or re-tagged, without re-embedding them."""
+    """Upsert new documents' points, delete purged documents' points, rewrite documents whose points differ from
+    their chunks, and relabel (paths, tags, sources) the points of documents that were moved, copied, re-tagged
+    or joined or left a source, without re-embedding them."""
     started = time.perf_counter()
     report = StageReport("vector_index", sorted(shards))
-    vectors_store = stores(settings)["embeddings"]
+    chunk_store, vectors_store = stores(settings)["chunks"], stores(settings)["embeddings"]
     ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
     pending: list[IndexPoint] = []
     upserted = deleted = 0
+    expected_by_shard: dict[str, dict[str, dict[str, str]]] = {}
     for shard in report.shards:
         wanted = vectors_store.shas(shard)
         state = store.shard_state(shard)
+        held = held_chunks(store, shard)
         vanished = sorted(set(state) - wanted)
         if vanished:
             store.delete_shas(vanished)
-            deleted += sum(state[sha][0] for sha in vanished)
+            deleted += sum(state[sha].points for sha in vanished)
             report.purged += vanished
         rows = sidecar.documents_by_sha(sorted(wanted))
+        expected = expected_by_shard[shard] = expected_chunks(settings, shard, sorted(set(rows) & chunk_store.shas(shard)))
         for sha in sorted(wanted):
             row = rows.get(sha)
             if row is None:  # purged from the sidecar by a later raw run; its vectors go next time
                 continue
-            held = state.get(sha, IndexedDocument(0, [], []))
-            expected = row["chunks"] or 0
-            moved = sorted(held.paths) != sorted(row["paths"])
-            retagged = sorted(held.tags) != stored_tags(row)
-            if held.points != expected:
-                if held.points:  # partly written or chunked differently: rewrite the document's points
+            have = held.get(sha, {})
+            labels = state.get(sha, IndexedDocument(0, [], [], []))
+            paths, tags, sources = row_labels(row)
+            moved = sorted(labels.paths) != sorted(paths) or sorted(labels.sources) != sources
+            retagged = sorted(labels.tags) != tags
+            if have != expected.get(sha, {}):
+                if have:  # partly written or chunked differently: rewrite the document's points
                     store.delete_shas([sha])
-                    deleted += held.points
-                pending += build_points(settings, shard, sha, row, ingested_at)
+                    deleted += len(have)
+                pending += build_points(settings, shard, sha, row, read_chunks(settings, shard, sha), ingested_at)
                 report.added.append(sha)
-            elif expected and (moved or retagged):
-                store.relabel(sha, list(row["paths"]), stored_tags(row))
+            elif have and (moved or retagged):
+                store.relabel(sha, paths, tags, sources)
                 report.moved += [sha] if moved else []
                 report.retagged += [sha] if retagged else []
             else:
@@ -93,7 +125,7 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
         begin = time.perf_counter()
         store.optimize()
         optimize_seconds = time.perf_counter() - begin
-    report.check_failures = count_mismatches(store, report.shards, sidecar)
+    report.check_failures = chunk_mismatches(store, expected_by_shard, sidecar)
     report.chunks = upserted
     report.seconds = time.perf_counter() - started
     report.figures = StageFigures(points_upserted=upserted, points_deleted=deleted, collection_points=store.count(),
@@ -101,15 +133,27 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     return report
 
 
-def count_mismatches(store: VectorStore, shards: Sequence[str], sidecar: Sidecar) -> list[str]:
-    """Shards whose point count differs from the chunk count recorded in the sidecar."""
-    expected = {row["shard"]: row["chunks"] for row in sidecar.query(
-        "SELECT shard, coalesce(sum(chunks), 0) AS chunks FROM documents WHERE status = 'ok' GROUP BY shard")}
-    mismatches = []
-    for shard in shards:
-        points = store.count(shard=shard)
-        if points != expected.get(shard, 0):
-            mismatches.append(f"shard {shard}: {points} points in the collection, "
-                              f"{expected.get(shard, 0)} chunks in the sidecar")
-    return mismatches
-
+def chunk_mismatches(store: VectorStore, expected_by_shard: dict[str, dict[str, dict[str, str]]],
+                     sidecar: Sidecar) -> list[str]:
+    """Every difference between the points of the shards and the chunk artifacts (`expected_by_shard`: shard ->
+    sha -> {chunk id: text hash}): chunks without a point, points without a chunk, and points whose text differs
+    from their chunk's."""
+    problems: list[tuple[str, str]] = []  # (sha, what)
+    for shard, expected in expected_by_shard.items():
+        held: dict[str, IndexedChunk] = store.shard_chunks(shard)
+        wanted = {point_id: (sha, digest) for sha, chunks in expected.items() for point_id, digest in chunks.items()}
+        for point_id, (sha, digest) in wanted.items():
+            point = held.get(point_id)
+            if point is None:
+                problems.append((sha, f"chunk {point_id} has no point"))
+            elif point.text_digest != digest or point.sha != sha:
+                problems.append((sha, f"point {point_id} holds other text than its chunk"))
+        problems += [(point.sha, f"point {point_id} belongs to no chunk of the document")
+                     for point_id, point in held.items() if point_id not in wanted]
+    if not problems:
+        return []
+    rows = sidecar.documents_by_sha(sorted({sha for sha, _ in problems}))
+    listed = [f"{describe(rows.get(sha), sha)}: {what}" for sha, what in problems[:MAX_REPORTED]]
+    if len(problems) > MAX_REPORTED:
+        listed.append(f"... and {len(problems) - MAX_REPORTED} more")
+    return listed

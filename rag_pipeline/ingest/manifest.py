@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.ingest.discover import TEXT_TYPES, Manifest, discover_configured
+from rag_pipeline.ingest.discover import TEXT_TYPES, Manifest, discover_sources
 from rag_pipeline.ingest.redact import redact
 from rag_pipeline.ingest.rules import CorpusRules, configured_rules, ignoring_pattern
+from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
 
 LARGEST = 10
@@ -89,13 +90,24 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
 
 
 def configured_report(settings: Settings, roots: Sequence[str | Path] | None = None, *,
-                      save_cache: bool = True) -> dict[str, Any]:
-    """The report of `roots` (default: the configured roots) under the configured rules and redaction policy;
-    `save_cache=False` for a dry run that writes nothing (the hash cache is still read)."""
-    roots = settings.roots if roots is None else roots
-    return manifest_report(discover_configured(settings, roots, save_cache=save_cache), [str(root) for root in roots],
+                      save_cache: bool = True, specs: Sequence[SourceSpec] | None = None) -> dict[str, Any]:
+    """The report of `roots` (as the source `default`, under RAG_CORPUS_RULES; default: RAG_ROOTS) or of the
+    sources `specs`, under the configured redaction policy; `save_cache=False` for a dry run that writes nothing
+    (the hash cache is still read)."""
+    if specs is None:
+        specs = [SourceSpec(DEFAULT_SOURCE, tuple(Path(root) for root in (settings.roots if roots is None else roots)),
+                            configured_rules(settings.corpus_rules))]
+    manifests = discover_sources(settings, specs, save_cache=save_cache)
+    merged = Manifest()
+    for manifest in manifests.values():
+        merged.files += manifest.files
+        merged.errors += manifest.errors
+        merged.excluded += manifest.excluded
+    rules = [spec.rules for spec in specs if spec.rules is not None]
+    combined = CorpusRules(tags=tuple(pair for rule in rules for pair in rule.tags)) if rules else None
+    return manifest_report(merged, [str(root) for spec in specs for root in spec.roots],
                            pii_policy=settings.pii_policy, role_email_prefixes=settings.role_email_prefixes,
-                           rules=configured_rules(settings.corpus_rules))
+                           rules=combined)
 
 
 def coverage_lines(coverage: dict[str, dict[str, int]], width: int) -> list[str]:

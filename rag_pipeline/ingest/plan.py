@@ -6,7 +6,7 @@ from __future__ import annotations
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import IndexedDocument, VectorStore
 from rag_pipeline.ingest.discover import Manifest
-from rag_pipeline.ingest.stage import label_changes, stored_tags, stores
+from rag_pipeline.ingest.stage import label_changes, stored_sources, stored_tags, stores
 from rag_pipeline.settings import Settings
 
 
@@ -36,8 +36,10 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
 
 
 def index_matches(state: dict[str, IndexedDocument], rows: dict[str, dict]) -> bool:
-    """True when the index holds exactly each document's chunk count, under its current paths and tags."""
-    expected = {sha: (row["chunks"], sorted(row["paths"]), stored_tags(row))
+    """True when the index holds exactly each document's chunk count, under its current paths, tags and sources
+    (a cheap test: the vector_index stage and its check compare chunk ids and text hashes)."""
+    expected = {sha: (row["chunks"], sorted(row["paths"]), stored_tags(row), stored_sources(row))
                 for sha, row in rows.items() if row["chunks"]}
-    return {sha: (held.points, sorted(held.paths), sorted(held.tags)) for sha, held in state.items()} == expected
+    return {sha: (held.points, sorted(held.paths), sorted(held.tags), sorted(held.sources))
+            for sha, held in state.items()} == expected
 

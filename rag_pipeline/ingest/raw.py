@@ -1,22 +1,27 @@
 """The raw_documents stage: snapshot new documents' bytes into the raw store, drop vanished SHAs and record
-every document's current paths and tags in the sidecar."""
+every document's current paths, tags and sources in the sidecar.
+
+A vanished document's points leave the index here, before its sidecar row and raw snapshot do, so a run killed
+later never leaves a purged document searchable (the later stages purge their own artifacts in turn)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.artifacts import ArtifactStore
-from rag_pipeline.ingest.discover import Manifest, document_tags, sha256_file
+from rag_pipeline.ingest.discover import Manifest, document_paths, document_sources, document_tags, sha256_file
 from rag_pipeline.ingest.stage import StageReport, describe, label_changes, stores
 from rag_pipeline.settings import Settings
 
 
-def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
-    """Snapshot new documents' bytes, drop vanished SHAs (each later stage purges its own artifacts in turn),
-    and record every document's current paths and tags."""
+def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], sidecar: Sidecar,
+             purge_points: Callable[[list[str]], int] | None = None) -> StageReport:
+    """Snapshot new documents' bytes, drop vanished SHAs (their points first, through `purge_points`, which
+    returns how many it deleted; each later stage purges its own artifacts in turn), and record every document's
+    current paths, tags and sources."""
     started = time.perf_counter()
     report = StageReport("raw", sorted(shards))
     store = stores(settings)["raw"]
@@ -28,9 +33,9 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
         held = store.shas(shard)
         for sha in sorted(wanted):
             sources = documents[sha]
-            paths, tags = [source.path for source in sources], document_tags(sources)
-            row = {"sha": sha, "shard": shard, "paths": paths, "tags": tags, "doc_type": sources[0].doc_type,
-                   "bytes": sources[0].size, "rel_path": sources[0].relative_path}
+            row = {"sha": sha, "shard": shard, "paths": document_paths(sources), "tags": document_tags(sources),
+                   "sources": document_sources(sources), "doc_type": sources[0].doc_type, "bytes": sources[0].size,
+                   "rel_path": sources[0].relative_path}
             if sha in held:
                 report.skipped += 1
                 moved, retagged = label_changes(known[sha], sources) if sha in known else (False, False)
@@ -44,7 +49,10 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
                 report.added.append(sha)
                 row.update(status="pending", stage="raw", error=None)
             rows.append(row)
-        for sha in sorted(held - wanted):
+        vanished = sorted(held - wanted)
+        if vanished and purge_points is not None:
+            report.figures.points_deleted += purge_points(vanished)
+        for sha in vanished:
             store.delete(shard, sha)
             report.purged.append(sha)
             report.purged_paths[sha] = describe(known.get(sha), sha)

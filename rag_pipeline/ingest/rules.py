@@ -83,14 +83,19 @@ class CorpusRules:
 
 
 def load_rules(path: str | Path) -> CorpusRules:
-    """The rules in `path`; ValueError naming the file and every problem."""
+    """The rules in `path`; ConfigError naming the file and every problem."""
     path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: cannot read the corpus rules: {error}") from error
+    return parse_rules(raw, str(path))
+
+
+def parse_rules(raw: object, source: str) -> CorpusRules:
+    """Corpus rules from a mapping of KEYS (`source` names where they come from, in errors and reasons)."""
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the corpus rules must be a mapping of {', '.join(KEYS)}")
+        raise ConfigError(f"{source}: the corpus rules must be a mapping of {', '.join(KEYS)}")
     problems = [f"unknown key {key!r} (allowed: {', '.join(KEYS)})" for key in raw if key not in KEYS]
     lists = {}
     for key in ("include", "exclude", "types"):
@@ -111,9 +116,9 @@ def load_rules(path: str | Path) -> CorpusRules:
         bounds[key] = value
     tags = parse_tags(raw.get("tags"), problems)
     if problems:
-        raise ConfigError(f"{path}: " + "; ".join(problems))
+        raise ConfigError(f"{source}: " + "; ".join(problems))
     return CorpusRules(lists["include"], lists["exclude"], lists["types"], bounds["min_bytes"] or 0,
-                       bounds["max_bytes"], tags, source=str(path))
+                       bounds["max_bytes"], tags, source=source)
 
 
 def parse_tags(raw: object, problems: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:

@@ -14,14 +14,15 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from rag_pipeline.ingest.artifacts import ArtifactStore
-from rag_pipeline.ingest.discover import SourceFile, document_tags
+from rag_pipeline.ingest.discover import SourceFile, document_paths, document_sources, document_tags
 from rag_pipeline.settings import Settings
 
 
 @dataclass
 class StageFigures:
-    """Figures only some stages have: embeddings (vectors computed or cached, embedding seconds) and
-    vector_index (points upserted and deleted, points in the collection, optimize seconds)."""
+    """Figures only some stages have: raw (points of vanished documents deleted), embeddings (vectors computed or
+    cached, embedding seconds) and vector_index (points upserted and deleted, points in the collection, optimize
+    seconds)."""
 
     vectors_computed: int = 0
     vectors_cached: int = 0
@@ -33,6 +34,7 @@ class StageFigures:
 
 
 STAGE_FIGURES = {
+    "raw": ("points_deleted",),
     "embeddings": ("vectors_computed", "vectors_cached", "embed_seconds"),
     "vector_index": ("points_upserted", "points_deleted", "collection_points", "optimize_seconds"),
 }
@@ -47,14 +49,20 @@ class StageReport:
     added: list[str] = field(default_factory=list)
     skipped: int = 0
     purged: list[str] = field(default_factory=list)
-    moved: list[str] = field(default_factory=list)  # paths changed (moved, copied, a copy deleted)
+    moved: list[str] = field(default_factory=list)  # paths or sources changed (moved, copied, a copy deleted)
     retagged: list[str] = field(default_factory=list)  # tags changed (the corpus rules or the paths did)
     failed: dict[str, str] = field(default_factory=dict)
     chunks: int = 0
     seconds: float = 0.0
     purged_paths: dict[str, str] = field(default_factory=dict)
+    completed: list[str] = field(default_factory=list)  # documents whose ingest ended for the first time
     check_failures: list[str] = field(default_factory=list)
     figures: StageFigures = field(default_factory=StageFigures)
+
+    def actions(self) -> dict[str, list[str]]:
+        """What the stage did to each document (action -> SHAs), for the sidecar's run_documents."""
+        return {"added": self.added, "purged": self.purged, "moved": self.moved, "retagged": self.retagged,
+                "failed": list(self.failed), "completed": self.completed}
 
     def stage_figures(self) -> dict[str, float]:
         """This stage's own figures, by name (for the asset metadata)."""
@@ -132,9 +140,15 @@ def stored_tags(row: dict[str, Any]) -> list[str]:
     return sorted(row.get("tags") or [])
 
 
-def label_changes(row: dict[str, Any], sources: list[SourceFile]) -> tuple[bool, bool]:
-    """(paths changed, tags changed) of a stored document against its files in the manifest."""
-    return sorted(row["paths"]) != sorted(source.path for source in sources), stored_tags(row) != document_tags(sources)
+def stored_sources(row: dict[str, Any]) -> list[str]:
+    """A sidecar row's sources (NULL in rows written before sources existed)."""
+    return sorted(row.get("sources") or [])
+
+
+def label_changes(row: dict[str, Any], files: list[SourceFile]) -> tuple[bool, bool]:
+    """(paths or sources changed, tags changed) of a stored document against its files in the manifest."""
+    moved = sorted(row["paths"]) != document_paths(files) or stored_sources(row) != document_sources(files)
+    return moved, stored_tags(row) != document_tags(files)
 
 
 def reconcile(

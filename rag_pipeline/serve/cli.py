@@ -37,8 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     ingest = commands.add_parser("ingest", parents=[common],
                                  help="discover, diff by SHA and materialise the affected shards through Dagster")
-    ingest.add_argument("roots", nargs="+", help="folders of documents")
+    ingest.add_argument("roots", nargs="*", help="folders of documents: the source is synced to exactly these "
+                                                 "(none: the source's configured roots; no --source either: every "
+                                                 "configured source)")
+    ingest.add_argument("--source", default=None, metavar="NAME",
+                        help="the source to sync (default with roots: `default`); see RAG_SOURCES_FILE")
     ingest.set_defaults(run=run_ingest)
+    reindex = commands.add_parser("reindex", parents=[common],
+                                  help="build the index generation the settings describe (model, chunk and sparse "
+                                       "settings) from what every source holds, then switch queries to it")
+    reindex.set_defaults(run=run_reindex)
 
     manifest = commands.add_parser("manifest", parents=[common],
                                    help="dry run: every file under the roots with included/refused/excluded and why, "
@@ -142,7 +150,19 @@ def run_ingest(args: argparse.Namespace) -> int:
     from rag_pipeline.defs.runner import ingest
 
     check_roots(args.roots)
-    summary = ingest(args.roots, args.data_dir, progress=True)
+    summary = ingest(args.roots, args.data_dir, source=args.source, progress=True)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print_ingest_summary(summary, args.data_dir)
+    return 0
+
+
+def run_reindex(args: argparse.Namespace) -> int:
+    """Build the target generation from the recorded sources (walks no folder) and switch to it when complete."""
+    from rag_pipeline.defs.runner import ingest
+
+    summary = ingest(data_dir=args.data_dir, rediscover=False, progress=True)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -314,8 +334,14 @@ def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
         print(f"{row['doc_type']:6} {row['documents']:>9} {row['failed']:>6} {row['chunks']:>7} "
               f"{row['redactions']:>10}")
     print(f"added {summary['added']}, unchanged {summary['unchanged']}, moved {summary['moved']}, "
-          f"retagged {summary['retagged']}, purged {summary['purged']}, chunks written {summary['chunks']}, "
-          f"failed {len(summary['failed'])} in {summary['seconds']:.1f} s")
+          f"retagged {summary['retagged']}, purged {summary['purged']}, reindexed {summary['reindexed']}, "
+          f"chunks written {summary['chunks']}, failed {len(summary['failed'])} in {summary['seconds']:.1f} s")
+    generation = summary.get("generation") or {}
+    if generation.get("switched"):
+        print(f"index generation {generation['target']} is now active (was {generation.get('previous') or 'none'})")
+    elif generation.get("target") and generation.get("active") != generation.get("target"):
+        print(f"index generation {generation['target']} is being built ({len(generation.get('pending_shards', []))} "
+              f"shards pending); queries use {generation.get('active') or 'nothing yet'}")
     for failure in summary["failed"]:
         print(f"  failed: {failure['path']}: {failure['error']}")
 
