@@ -114,6 +114,20 @@ def vector_store(settings: Settings) -> Iterator[VectorStore]:
         store.close()
 
 
+@contextmanager
+def query_store(settings: Settings) -> Iterator[VectorStore]:
+    """The collection queries use (the active generation's; the target's before any is active), closed on exit."""
+    query, collection, dimension = query_settings(settings)
+    if collection is None:
+        generation = target_generation(settings)
+        collection, dimension = generation.collection, generation.dimension
+    store = open_store(query, collection, dimension)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 def query_settings(settings: Settings) -> tuple[Settings, str | None, int | None]:
     """(settings with the active generation's embedding model, the collection queries use, its dimension); the
     collection is None before any generation is active (queries then use the target's)."""

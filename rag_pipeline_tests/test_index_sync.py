@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Local mode performs exact"),
 ]
 PAYLOAD_KEYS = {"text", "window_text", "paths", "path", "heading_path", "line_start", "page", "chunk_index",
-                "sha", "shard", "doc_type", "tags", "ingested_at"}
+                "sha", "shard", "doc_type", "tags", "sources", "ingested_at"}
 
 
 @pytest.fixture(params=["edge", "server"])
@@ -75,7 +75,8 @@ def assert_index_agrees(data_dir: Path) -> dict[str, dict]:
     """Points == sidecar chunk rows == chunk file lines, with complete payloads and current paths and tags."""
     settings = Settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_path)
-    rows = sidecar.query("SELECT c.chunk_id, c.sha, d.paths, d.tags FROM chunks c JOIN documents d USING (sha)")
+    rows = sidecar.query("SELECT c.chunk_id, c.sha, d.paths, d.tags, d.sources FROM chunks c JOIN documents d "
+                         "USING (sha)")
     with open_store(data_dir) as store:
         total = store.count()
         points = all_points(store, settings)
@@ -84,7 +85,7 @@ def assert_index_agrees(data_dir: Path) -> dict[str, dict]:
         payload = points[row["chunk_id"]]
         assert set(payload) == PAYLOAD_KEYS
         assert payload["sha"] == row["sha"] and sorted(payload["paths"]) == sorted(row["paths"])
-        assert payload["tags"] == row["tags"]
+        assert payload["tags"] == row["tags"] and payload["sources"] == row["sources"]
         assert payload["path"] == payload["paths"][0] and payload["text"]
     return points
 

@@ -167,7 +167,7 @@ def test_bad_inputs_are_recorded_and_the_rest_is_ingested(tmp_path: Path, data_d
     assert failed["empty.txt"] == "empty file"
     assert "outside the root" in failed["escape.md"]
     assert failed["corrupt.pdf"]
-    assert summary["added"] == 7  # six good documents and the corrupt PDF, whose conversion failed
+    assert summary["added"] == 6  # the six good documents; the corrupt PDF, whose conversion failed, is in failed
     rows = Sidecar(Settings(data_dir=data_dir).sidecar_path).documents()
     corrupt = next(row for row in rows.values() if row["paths"][0].endswith("corrupt.pdf"))
     assert corrupt["status"] == "failed" and corrupt["error"] == failed["corrupt.pdf"]

@@ -39,15 +39,34 @@ def test_summary_adds_runs_up() -> None:
     summary = IngestSummary(shards=["0", "f"])
     summary.add_run("run-1", run_totals(["a", "b"], moved=[], retagged=[], computed=20))
     summary.add_run("run-2", run_totals(["c"], moved=["m"], retagged=[], computed=10))
-    summary.outside_runs = 5
     output = summary.to_json()
-    assert (output["added"], output["unchanged"], output["moved"], output["purged"]) == (3, 3 + 2 + 5, 1, 2)
     assert (output["chunks"], output["vectors_computed"], output["vectors_cached"]) == (30, 30, 2)
     assert (output["points_upserted"], output["embed_seconds"], output["run_ids"]) == (32, 0.5, ["run-1", "run-2"])
     assert output["stage_seconds"]["chunks"] == 1.0 and output["shards"] == ["0", "f"]
 
 
-def test_summary_without_runs() -> None:
-    summary = IngestSummary(shards=[], outside_runs=14)
+def test_summary_counts_documents_by_what_the_runs_did() -> None:
+    """Counts come from each document's actions, not from one stage: a run that finishes what a killed run left
+    counts the documents it completed, and a purge finished by a later stage counts once."""
+    summary = IngestSummary(shards=["0"])
+    summary.documents = {"new1", "new2", "rebuilt", "moved", "same1", "same2", "broken"}
+    summary.failed_shas = {"broken"}
+    summary.actions = {
+        ("raw_documents", "added"): {"broken"},  # the killed run snapshotted new1 and new2 already
+        ("markdown_documents", "added"): {"new1", "new2"},
+        ("markdown_documents", "failed"): {"broken"},
+        ("vector_index", "added"): {"new1", "new2", "rebuilt"},  # rebuilt: a half-written document rewritten
+        ("metadata_sidecar", "completed"): {"new1", "new2"},
+        ("vector_index", "moved"): {"moved"},
+        ("raw_documents", "purged"): {"gone1"},
+        ("vector_index", "purged"): {"gone1", "gone2"},  # gone2: its raw purge happened in the killed run
+    }
     output = summary.to_json()
-    assert (output["added"], output["unchanged"], output["chunks"], output["run_ids"]) == (0, 14, 0, [])
+    assert (output["added"], output["reindexed"], output["moved"], output["retagged"]) == (2, 1, 1, 0)
+    assert (output["purged"], output["unchanged"]) == (2, 2)
+
+
+def test_summary_without_runs() -> None:
+    summary = IngestSummary(shards=[], documents={"a", "b"})
+    output = summary.to_json()
+    assert (output["added"], output["unchanged"], output["chunks"], output["run_ids"]) == (0, 2, 0, [])

@@ -13,7 +13,8 @@ _CITATION = re.compile(r"\[(\d+(?:\s*[,–-]\s*\d+)*)\]")
 
 @dataclass(frozen=True)
 class Source:
-    """A retrieved chunk as the answer cites it: [number]."""
+    """A retrieved chunk as the answer cites it: [number]. `path` is the document's first path, `paths` every path
+    it is stored under."""
 
     number: int
     path: str
@@ -24,12 +25,14 @@ class Source:
     chunk_id: str
     score: float
     text: str
+    paths: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, number: int, hit: Hit) -> Source:
         payload = hit.payload
         return cls(number, payload.get("path", ""), payload.get("heading_path", ""), payload.get("page"),
-                   payload.get("line_start"), payload.get("sha", ""), hit.id, hit.score, payload.get("text", ""))
+                   payload.get("line_start"), payload.get("sha", ""), hit.id, hit.score, payload.get("text", ""),
+                   tuple(payload.get("paths") or ()))
 
 
 @dataclass

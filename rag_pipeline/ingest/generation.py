@@ -79,8 +79,13 @@ def drop_old_generations(settings: Settings, report: GenerationReport) -> None:
     for generation in others[keep:]:
         try:
             store = components.open_generation(settings, generation)
+        except StoreLocked as error:  # open in another process
+            report.drop_deferred[generation.id] = str(error)
+            continue
+        try:
             store.drop()
-        except StoreLocked as error:
+        except StoreLocked as error:  # open elsewhere in this process (a retriever still on it)
+            store.close()
             report.drop_deferred[generation.id] = str(error)
             continue
         registry.forget(generation.id)

@@ -68,7 +68,7 @@ def load_sources_file(path: Path, settings: Settings) -> dict[str, SourceSpec]:
     if not isinstance(raw, dict) or not isinstance(raw.get("sources"), dict) or not raw["sources"]:
         raise ConfigError(f"{path}: the sources file needs a `sources:` mapping of NAME: {{roots: [...], rules: "
                           "{...}} or NAME: {uploads: true}")
-    problems = [f"unknown top-level key {key!r} (allowed: {', '.join(TOP_LEVEL_KEYS)})"
+    problems = [f"{path}: unknown top-level key {key!r} (allowed: {', '.join(TOP_LEVEL_KEYS)})"
                 for key in raw if key not in TOP_LEVEL_KEYS]
     specs: dict[str, SourceSpec] = {}
     for name, entry in raw["sources"].items():

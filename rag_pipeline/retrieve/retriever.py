@@ -107,10 +107,11 @@ class RetrievalResult:
 
 
 def hit_json(hit: Hit) -> dict[str, Any]:
-    """One search result in the CLI/API contract."""
+    """One search result in the CLI/API contract (`path` is the document's first path; `paths` all of them)."""
     payload = hit.payload
     return {
-        "path": payload.get("path"), "header": payload.get("heading_path", ""),
+        "path": payload.get("path"), "paths": payload.get("paths") or [], "sources": payload.get("sources") or [],
+        "header": payload.get("heading_path", ""),
         "line_start": payload.get("line_start"), "page": payload.get("page"), "chunk_id": hit.id,
         "sha": payload.get("sha"), "doc_type": payload.get("doc_type"), "tags": payload.get("tags") or [],
         "score": hit.score, "text": payload.get("text", ""),

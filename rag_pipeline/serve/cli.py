@@ -312,6 +312,8 @@ def print_search(output: dict[str, Any]) -> None:
     for rank, result in enumerate(output["results"], start=1):
         where = f"{result['path']}:{result['line_start']}" + (f" (page {result['page']})" if result["page"] else "")
         print(f"{rank:>2}. {result['score']:.4f}  {where}  {result['header']}")
+        for other in result["paths"][1:]:
+            print(f"    also at {other}")
         print(f"    {' '.join(result['text'].split())[:200]}")
     timings = ", ".join(f"{stage} {value:.1f}" for stage, value in output["timings_ms"].items() if value)
     print(f"({len(output['results'])} results, {output['mode']}; ms: {timings})")
@@ -324,6 +326,8 @@ def print_sources(answer: Any) -> None:
     for source in answer.sources:
         page = f", page {source.page}" if source.page else ""
         print(f"[{source.number}] {source.path}:{source.line_start}{page}  {source.heading}")
+        for other in source.paths[1:]:
+            print(f"    also at {other}")
 
 
 def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:

@@ -4,7 +4,8 @@
     inspect chunks PATH_OR_SHA          a document's chunks: index, heading path, line, page, size, text
     inspect failures                    failed documents and refused files, with the reasons
     inspect redactions                  redaction totals by kind
-    inspect collection                  points, segments, indexed vectors, payload indexes, index version
+    inspect collection                  the collection queries use (points, segments, indexed vectors, payload
+                                        indexes, index version) and the index generations
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
         return documents(sidecar, args.status, args.doc_type, args.path, args.limit, tag=args.tag), "documents"
     if args.view == "chunks":
         sha, row = find_document(sidecar, args.document)
-        return chunk_rows(settings, sidecar, sha), f"chunks of {row['paths'][0]} ({sha[:12]})"
+        return chunk_rows(settings, sidecar, sha), f"chunks of {', '.join(row['paths'])} ({sha[:12]})"
     if args.view == "failures":
         failed = [{"path": row["path"], "kind": "failed", "reason": row["error"]}
                   for row in documents(sidecar, "failed", None, None, 100_000)]
@@ -53,8 +54,13 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
     if args.view == "redactions":
         return sidecar.query("SELECT kind, SUM(count) AS findings, COUNT(DISTINCT sha) AS documents FROM redactions "
                              "GROUP BY kind ORDER BY findings DESC, kind"), "redactions by kind"
-    with components.vector_store(settings) as store:
-        return store.info(), "collection"
+    with components.query_store(settings) as store:
+        info = store.info()
+    registry = components.generations(settings)
+    info["active_generation"] = registry.active_id()
+    info["target_generation"] = components.target_generation(settings).id
+    info["generations"] = ", ".join(generation.describe() for generation in registry.all().values())
+    return info, "collection"
 
 
 def documents(sidecar: Sidecar, status: str | None, doc_type: str | None, path: str | None,
@@ -67,7 +73,8 @@ def documents(sidecar: Sidecar, status: str | None, doc_type: str | None, path: 
             continue
         if tag and tag not in (row["tags"] or []):
             continue
-        rows.append({"path": row["paths"][0], "copies": len(row["paths"]) - 1, "type": row["doc_type"],
+        rows.append({"path": row["paths"][0], "copies": len(row["paths"]) - 1, "paths": list(row["paths"]),
+                     "sources": ",".join(row["sources"] or []), "type": row["doc_type"],
                      "tags": ",".join(row["tags"] or []), "status": row["status"], "chunks": row["chunks"],
                      "pages": row["pages"], "redactions": row["redactions"], "sha": sha[:12],
                      "error": row["error"] or ""})
@@ -95,6 +102,13 @@ def chunk_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str,
              "text": " ".join(texts.get(row["chunk_index"], "").split())[:TEXT_PREVIEW]} for row in catalogue]
 
 
+def cell_text(value: Any) -> str:
+    """A table cell: lists joined with commas, NULL empty."""
+    if value is None:
+        return ""
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def format_rows(rows: list[dict[str, Any]] | dict[str, Any], title: str) -> str:
     """A plain-text table (or key: value lines for an object)."""
     if isinstance(rows, dict):
@@ -103,7 +117,7 @@ def format_rows(rows: list[dict[str, Any]] | dict[str, Any], title: str) -> str:
     if not rows:
         return f"{title}: none"
     columns = list(rows[0])
-    cells = [[("" if row[column] is None else str(row[column])) for column in columns] for row in rows]
+    cells = [[cell_text(row[column]) for column in columns] for row in rows]
     widths = [max(len(column), *(len(line[index]) for line in cells)) for index, column in enumerate(columns)]
     lines = [f"{title} ({len(rows)})", "  ".join(column.ljust(width) for column, width in zip(columns, widths))]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]

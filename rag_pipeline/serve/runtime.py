@@ -1,5 +1,5 @@
 """The components the HTTP API serves with (retriever and answerer) and their health, kept usable while the
-store is down.
+store is down, and following the active index generation (a switch reopens them on the next request).
 
 The server starts whether or not the vector store can be reached. While it cannot (a Qdrant server that is down,
 an embedded store another process holds), every request that needs it gets StoreUnavailable (503) and /healthz
@@ -27,6 +27,7 @@ from rag_pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 REOPEN_INTERVAL_S = 1.0  # while the store is down, at most one attempt to open it per interval
+RETIRE_GRACE_S = 10.0  # after a generation switch, in-flight requests keep the old retriever this long
 
 
 class Runtime:
@@ -41,6 +42,9 @@ class Runtime:
         self.error: StoreUnavailable | None = None  # why the store could not be opened, until it is
         self._next_attempt = 0.0
         self._lock = threading.Lock()
+        self._generations = components.generations(settings)
+        self._generation: str | None = None  # the index generation the open retriever queries
+        self._retired: list[tuple[float, Retriever]] = []  # (close after, retriever of an older generation)
 
     def start(self) -> None:
         """Open the components now if the store can be reached; if not, log why and serve 503s until it can."""
@@ -58,6 +62,13 @@ class Runtime:
 
     def _open(self) -> tuple[Retriever, Answerer]:
         with self._lock:
+            active = self._generations.active_id()
+            if self.owned and self._retriever is not None and active != self._generation:
+                log.info("index generation %s is active: reopening the retriever", active)
+                # requests already holding the old retriever finish on it; it is closed after a grace period
+                self._retired.append((time.monotonic() + RETIRE_GRACE_S, self._retriever))
+                self._retriever = self._answerer = None
+            self._close_retired()
             if self._retriever is None:
                 if self.error is not None and time.monotonic() < self._next_attempt:
                     raise self.error
@@ -66,13 +77,21 @@ class Runtime:
                 except StoreUnavailable as error:
                     self.error, self._next_attempt = error, time.monotonic() + REOPEN_INTERVAL_S
                     raise
-                self.error = None
+                self.error, self._generation = None, active
             if self._answerer is None:
                 self._answerer = components.answerer(self.settings, self._retriever)
             return self._retriever, self._answerer
 
+    def _close_retired(self, force: bool = False) -> None:
+        """Close the retrievers of older generations whose grace period is over (all with `force`)."""
+        now = time.monotonic()
+        for entry in [entry for entry in self._retired if force or entry[0] <= now]:
+            self._retired.remove(entry)
+            entry[1].close()
+
     def close(self) -> None:
         with self._lock:
+            self._close_retired(force=True)
             if self.owned and self._retriever is not None:
                 self._retriever.close()
             self._retriever = self._answerer = None

