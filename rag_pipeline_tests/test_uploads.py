@@ -269,6 +269,11 @@ def test_upload_limits_roles_and_refusals(sources_env: Settings) -> None:
         assert error(httpx.post(upload, files=refused, headers=loader), 400) == "unsupported_type"
         assert error(httpx.post(upload, files=[("other", ("a.md", PUMPS_MD))], headers=loader), 400) == "no_files"
 
+        schema = httpx.get(f"{url}/openapi.json", headers=reader).json()
+        post = schema["paths"]["/sources/{name}/documents"]["post"]
+        assert "files" in post["requestBody"]["content"]["multipart/form-data"]["schema"]["properties"]
+        assert {"UploadResponse", "RemoveResponse", "SourceDocumentsResponse", "SourcesResponse"} <= set(
+            schema["components"]["schemas"])
         listing = httpx.get(upload, headers=reader).json()
         assert listing["documents"] == [] and listing["refused"] == []  # nothing stored, nothing ingested
         assert error(httpx.get(upload, headers=scoped), 404) == "unknown_source"
