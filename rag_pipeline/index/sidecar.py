@@ -1,7 +1,8 @@
 """DuckDB metadata sidecar: exact per-document state (paths, status, errors, counts, timings).
 
 DuckDB allows one writer process at a time, so every operation opens its own short-lived connection and
-retries briefly when another process holds the file lock.
+retries briefly when another process holds the file lock (or another thread of this one is opening or closing
+the file: the API's threads read it while an ingest writes it).
 """
 
 from __future__ import annotations
@@ -138,6 +139,12 @@ class Sidecar:
             try:
                 con = duckdb.connect(str(self.path))
                 break
+            except duckdb.ResourceInUseException:
+                # Another thread of this process is attaching or detaching the same file at this moment (DuckDB's
+                # instance cache): try again shortly.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     raise RuntimeError(
