@@ -246,6 +246,7 @@ def test_upload_limits_roles_and_refusals(sources_env: Settings) -> None:
     reader = {"Authorization": f"Bearer {create_key(keys, 'viewer', 'reader')[1]}"}
     loader = {"Authorization": f"Bearer {create_key(keys, 'loader', 'ingester')[1]}"}
     scoped = {"Authorization": f"Bearer {create_key(keys, 'hb', 'reader', (), ('handbook',))[1]}"}
+    tagged = {"Authorization": f"Bearer {create_key(keys, 'legal', 'ingester', ('legal',))[1]}"}
     one = [("files", ("a.md", PUMPS_MD, "text/markdown"))]
 
     def error(response: httpx.Response, status: int) -> str:
@@ -282,6 +283,13 @@ def test_upload_limits_roles_and_refusals(sources_env: Settings) -> None:
             "handbook"]
         assert error(httpx.delete(f"{upload}/{'0' * 64}", headers=reader), 403) == "forbidden"
         assert error(httpx.delete(f"{upload}/not-an-id", headers=loader), 400) == "invalid_document_id"
+        # a tag-scoped key removes only what it sees: an untagged upload is not among them
+        stored = store_upload(settings, "inbox", "a.md", PUMPS_MD, None)
+        assert error(httpx.delete(f"{upload}/{stored.id}", headers=tagged), 404) == "unknown_document"
+        assert httpx.get(upload, headers=tagged).json()["documents"] == []
+        assert [document["status"] for document in httpx.get(upload, headers=reader).json()["documents"]] == [
+            "pending"]  # stored, not synced yet
+        assert remove_document(settings, "inbox", stored.id) == [stored.path]
         assert not (settings.data_dir / "uploads" / "inbox").exists() or not any(
             (settings.data_dir / "uploads" / "inbox").iterdir())
 

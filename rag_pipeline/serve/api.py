@@ -469,8 +469,15 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
                                      document_id: Annotated[str, PathParam(alias="id")],
                                      scope: Annotated[KeyScope | None, ingester]) -> Response:
         """Delete an upload source's stored files of the document, then sync the source, which purges it (from
-        the index, unless another source holds it). A folder (roots) source's files are never deleted: 409."""
+        the index, unless another source holds it). A folder (roots) source's files are never deleted: 409. A key
+        scoped to tags removes only documents it can see (one of its tags)."""
         visible_source(name, scope)
+        if scope is not None and scope.tags:
+            listing = await run_in_threadpool(list_documents, settings, name, scope.tags)
+            if document_id not in {document["id"] for document in listing["documents"]}:
+                await run_in_threadpool(upload_source, settings, name)  # 404 / 409 for the source first
+                raise NotFound(f"source {name!r} holds no document {document_id[:100]} that this key may see",
+                               code="unknown_document")
         removed = await run_in_threadpool(remove_document, settings, name, document_id)
         job = ingest_jobs.enqueue(name)
         return JSONResponse({"id": document_id, "removed_paths": removed, "ingest": ingest_ref(job)},
