@@ -1,7 +1,8 @@
 """DuckDB metadata sidecar: exact per-document state (paths, status, errors, counts, timings).
 
 DuckDB allows one writer process at a time, so every operation opens its own short-lived connection and
-retries briefly when another process holds the file lock.
+retries briefly when another process holds the file lock (or another thread of this one is opening or closing
+the file: the API's threads read it while an ingest writes it).
 """
 
 from __future__ import annotations
@@ -138,6 +139,12 @@ class Sidecar:
             try:
                 con = duckdb.connect(str(self.path))
                 break
+            except duckdb.ResourceInUseException:
+                # Another thread of this process is attaching or detaching the same file at this moment (DuckDB's
+                # instance cache): try again shortly.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
             except duckdb.IOException as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     raise RuntimeError(
@@ -330,3 +337,32 @@ class Sidecar:
         with self.connect() as con:
             return records(con.execute("SELECT source, path, reason FROM refusals WHERE NOT list_contains(?, source) "
                                        "ORDER BY path, source", [list(exclude)]))
+
+    def source_files_of(self, name: str) -> list[dict[str, Any]]:
+        """The files the source `name` held at its last sync (SOURCE_FILE_COLUMNS dicts), by path."""
+        with self.connect() as con:
+            return records(con.execute(f"SELECT {', '.join(SOURCE_FILE_COLUMNS)} FROM source_files WHERE source = ? "
+                                       "ORDER BY path", [name]))
+
+    def record_upload(self, path: str, source: str, sha: str, filename: str, size: int,
+                      uploaded_by: str | None) -> datetime:
+        """One stored upload (its path under the source's upload folder); returns its uploaded_at."""
+        stamp = now()
+        with self.connect() as con:
+            con.execute("INSERT OR REPLACE INTO uploads VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        [path, source, sha, filename, size, uploaded_by, stamp])
+        return stamp
+
+    def uploads(self, source: str, sha: str | None = None) -> list[dict[str, Any]]:
+        """The recorded uploads of a source (of the bytes `sha` only, when given), oldest first."""
+        query, params = "SELECT * FROM uploads WHERE source = ?", [source]
+        if sha is not None:
+            query, params = query + " AND sha = ?", [source, sha]
+        with self.connect() as con:
+            return records(con.execute(query + " ORDER BY uploaded_at, path", params))
+
+    def delete_uploads(self, paths: Iterable[str]) -> None:
+        paths = list(paths)
+        if paths:
+            with self.connect() as con:
+                con.execute("DELETE FROM uploads WHERE list_contains(?, path)", [paths])

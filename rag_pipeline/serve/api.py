@@ -2,7 +2,12 @@
 
     POST /search       {"query", "top_k"?, "filters"?}     -> {"results": [...], "timings_ms", "warnings", ...}
     POST /ask          {"question", "top_k"?, "filters"?}  -> server-sent events: "token" events, then "done"
-    POST /ingest       empty or {}: sync RAG_ROOTS          -> 202 {"id", "status"}; GET /ingest/{id} for progress
+    POST /ingest       empty or {}: sync RAG_SOURCES_FILE's sources, else RAG_ROOTS
+                                                            -> 202 {"id", "status"}; GET /ingest/{id} for progress
+    GET  /sources      every source: name, kind, documents, pending, failed, chunks (no filesystem paths)
+    POST /sources/{name}/documents       multipart `files` -> 202 {"source", "documents", "rejected", "ingest"}
+    GET  /sources/{name}/documents       the source's documents (status, chunks, paths) and refused files
+    DELETE /sources/{name}/documents/{id}  an upload source's document -> 202 {"id", "removed_paths", "ingest"}
     GET  /healthz      store, embedder and LLM status (503 when the store is down)
     GET  /metrics      Prometheus text format
     GET  /openapi.json the OpenAPI document: the bodies above as JSON schemas (serve/models.py); no docs UI
@@ -33,7 +38,7 @@ from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, UploadFile
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -53,9 +58,11 @@ from rag_pipeline.errors import (
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.result import Answer
 from rag_pipeline.index.vector_store import Scope as KeyScope  # not the ASGI Scope
+from rag_pipeline.ingest.sources import check_source_name
+from rag_pipeline.ingest.uploads import list_documents, remove_document, sources_overview, store_upload, upload_source
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
 from rag_pipeline.serve import guard, models
-from rag_pipeline.serve.auth import AccessLog, Auth
+from rag_pipeline.serve.auth import KEY_STATE, AccessLog, Auth
 from rag_pipeline.serve.guard import error_response
 from rag_pipeline.serve.models import (
     AskRequest,
@@ -63,8 +70,12 @@ from rag_pipeline.serve.models import (
     HealthResponse,
     IngestJobResponse,
     IngestRequest,
+    RemoveResponse,
     SearchRequest,
     SearchResponse,
+    SourceDocumentsResponse,
+    SourcesResponse,
+    UploadResponse,
 )
 from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
@@ -92,6 +103,14 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     "4XX": {"model": ErrorResponse, "description": "bad input; the code names the field or the problem"},
     "5XX": {"model": ErrorResponse, "description": "the store is unavailable (503) or the server failed (500)"},
 }
+
+
+# POST /sources/{name}/documents reads its multipart body itself (its limits, its error codes); this documents it.
+UPLOAD_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["files"],
+    "properties": {"files": {"type": "array", "items": {"type": "string", "format": "binary"},
+                             "description": "the files (at most RAG_UPLOAD_MAX_FILES, RAG_UPLOAD_MAX_BYTES in all)"}},
+}}}}}
 
 
 def http_status(error: RagError) -> int:
@@ -127,12 +146,14 @@ class Metrics:
 
 
 class RequestGuard:
-    """ASGI middleware around every HTTP request: the body-size limit, the per-endpoint request count and latency
+    """ASGI middleware around every HTTP request: the body-size limit (RAG_API_MAX_BODY_BYTES; for uploads
+    RAG_UPLOAD_MAX_BYTES), the per-endpoint request count and latency
     (labelled with the route template, e.g. /ingest/{id}, once the response starts), and a JSON 500 for an
     exception nothing else handled (logged, no trace in the body)."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, max_body_bytes: int, upload_max_bytes: int) -> None:
         self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
+        self.upload_max_bytes = upload_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -163,7 +184,7 @@ class RequestGuard:
     def limit_body(self, scope: Scope, receive: Receive) -> Receive:
         """`receive` that raises a 413 once the body is over the limit: at once when the declared Content-Length
         is, else as the streamed pieces add up. Only a route that reads its body is affected."""
-        limit = self.max_body_bytes
+        limit = self.upload_max_bytes if guard.is_upload(scope) else self.max_body_bytes
         declared = Headers(scope=scope).get("content-length", "")
         received = 0
 
@@ -185,36 +206,71 @@ class RequestGuard:
 class IngestJob:
     id: str
     roots: list[str]
-    status: str = "running"  # running | succeeded | failed
-    started_at: float = field(default_factory=time.time)
+    status: str = "running"  # queued | running | succeeded | failed
+    started_at: float = field(default_factory=time.time)  # when it was asked for
     finished_at: float | None = None
     summary: dict[str, Any] | None = None
     error: str | None = None
+    source: str | None = None  # the one source it syncs; None: the configured roots or every configured source
 
 
 class IngestJobs:
-    """Ingest runs started over HTTP, one at a time, each in a thread of this process."""
+    """Ingest runs started over HTTP, one at a time, in a worker thread of this process. POST /ingest is refused
+    (409 ingest_running) while another runs or waits; an upload's or a removal's sync of its source is queued
+    instead, at most one waiting job per source (a second request joins the one already queued)."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.jobs: dict[str, IngestJob] = {}
+        self._queue: list[IngestJob] = []
+        self._working = False  # a worker thread is running jobs
         self._lock = threading.Lock()
 
-    def start(self, roots: list[str]) -> IngestJob:
+    def start(self, roots: list[str] | None) -> IngestJob:
+        """Start syncing `roots` (None: every configured source) now; Conflict when an ingest runs or waits."""
         with self._lock:
-            running = [job for job in self.jobs.values() if job.status == "running"]
-            if running:
-                raise Conflict(f"ingest {running[0].id} is still running", code="ingest_running")
-            job = IngestJob(uuid.uuid4().hex, roots)
-            self.jobs[job.id] = job
-        threading.Thread(target=self._run, args=(job,), name=f"ingest-{job.id}", daemon=True).start()
+            busy = [job for job in self.jobs.values() if job.status in ("running", "queued")]
+            if busy:
+                raise Conflict(f"ingest {busy[0].id} is still {busy[0].status}", code="ingest_running")
+            return self._submit(IngestJob(uuid.uuid4().hex, roots or []))
+
+    def enqueue(self, source: str) -> IngestJob:
+        """Sync `source` as soon as the running ingest (if any) ends; the job already queued for it if there is one."""
+        with self._lock:
+            waiting = next((job for job in self._queue if job.source == source), None)
+            if waiting is not None:
+                return waiting
+            return self._submit(IngestJob(uuid.uuid4().hex, [], source=source))
+
+    def _submit(self, job: IngestJob) -> IngestJob:  # under the lock
+        job.status = "queued"
+        self.jobs[job.id] = job
+        self._queue.append(job)
+        if not self._working:
+            self._working = True
+            threading.Thread(target=self._work, args=(self._next_locked(),), name="ingest-worker",
+                             daemon=True).start()
         return job
+
+    def _next_locked(self) -> IngestJob | None:
+        if not self._queue:
+            self._working = False
+            return None
+        job = self._queue.pop(0)
+        job.status = "running"
+        return job
+
+    def _work(self, job: IngestJob | None) -> None:
+        while job is not None:
+            self._run(job)
+            with self._lock:
+                job = self._next_locked()
 
     def _run(self, job: IngestJob) -> None:
         from rag_pipeline.defs.runner import ingest  # imports Dagster: only when an ingest is asked for
 
         try:
-            job.summary = ingest(job.roots, self.data_dir)
+            job.summary = ingest(job.roots or None, self.data_dir, source=job.source)
             job.status = "succeeded"
         except Exception as error:
             log.exception("ingest %s failed", job.id)
@@ -270,7 +326,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         title="rag_pipeline", summary="Search, answers, ingest and health of the RAG platform",
         lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,  # /openapi.json below, behind auth
         exception_handlers={RagError: rag_error, RequestValidationError: invalid_body, HTTPException: http_error},
-        middleware=[Middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.api_max_body_bytes),
+        middleware=[Middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.api_max_body_bytes,
+                               upload_max_bytes=settings.upload_max_bytes),
                     *guard.middleware(settings)],
     )
 
@@ -312,25 +369,127 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     @app.post("/ingest", status_code=202, response_model=IngestJobResponse, responses=ERROR_RESPONSES,
               dependencies=[ingester])
     async def start_ingest(body: IngestRequest | None = None) -> Response:
-        """Start syncing the server's configured roots (RAG_ROOTS), one ingest at a time; poll the Location for
-        progress. The body is empty or {}: a request never names paths."""
-        if not settings.roots:
-            raise Conflict("the server has no roots to ingest: set RAG_ROOTS (comma-separated folders) where it runs",
-                           code="no_roots_configured")
+        """Start syncing the server's configured sources (RAG_SOURCES_FILE) or roots (RAG_ROOTS), one ingest at a
+        time; poll the Location for progress. The body is empty or {}: a request never names paths."""
+        if not settings.roots and not settings.sources_file:
+            raise Conflict("the server has no roots to ingest: set RAG_ROOTS (comma-separated folders) or "
+                           "RAG_SOURCES_FILE (named sources) where it runs", code="no_roots_configured")
         missing = [str(root) for root in settings.roots if not root.is_dir()]
         if missing:
             raise Conflict(f"configured root(s) not a directory: {', '.join(missing)} (RAG_ROOTS)",
                            code="roots_missing")
-        job = ingest_jobs.start([str(root) for root in settings.roots])
+        # With a sources file every configured source is synced (RAG_ROOTS among them as `default`)
+        job = ingest_jobs.start(None if settings.sources_file else [str(root) for root in settings.roots])
         return JSONResponse(job_json(job), status_code=202, headers={"Location": f"/ingest/{job.id}"})
 
     @app.get("/ingest/{id}", response_model=IngestJobResponse, responses=ERROR_RESPONSES, dependencies=[ingester])
     async def ingest_status(job_id: Annotated[str, PathParam(alias="id")]) -> Response:
-        """An ingest started by POST /ingest: running, or its summary (succeeded) or error (failed)."""
+        """An ingest started by POST /ingest, an upload or a removal: queued, running, or its summary (succeeded)
+        or error (failed)."""
         job = ingest_jobs.jobs.get(job_id)
         if job is None:
             raise NotFound(f"no ingest with id {job_id}", code="unknown_ingest")
         return JSONResponse(job_json(job))
+
+    def visible_source(name: str, scope: KeyScope | None) -> str:
+        """`name`, if the key's scope may see that source (a key scoped to sources sees no other: 404)."""
+        check_source_name(name)
+        if scope is not None and scope.sources and name not in scope.sources:
+            raise NotFound(f"unknown source {name!r}", code="unknown_source")
+        return name
+
+    def ingest_ref(job: IngestJob) -> dict[str, str]:
+        return {"id": job.id, "status": job.status}
+
+    @app.post("/sources/{name}/documents", status_code=202, response_model=UploadResponse,
+              responses=ERROR_RESPONSES, openapi_extra=UPLOAD_BODY)
+    async def upload_documents(name: Annotated[str, PathParam()], request: Request,
+                               scope: Annotated[KeyScope | None, ingester]) -> Response:
+        """Store files (multipart field `files`, one or several) in the upload source, then sync it (queued while
+        another ingest runs). Each file's type comes from its bytes; refused files are listed, the others stored.
+        Identical bytes are stored once per source (duplicate: true)."""
+        visible_source(name, scope)
+        await run_in_threadpool(upload_source, settings, name)  # 404 / 409 before the body is read
+        uploaded_by = getattr(request.state, KEY_STATE, None)
+        documents, rejected, first_error = [], [], None
+        async with read_form(request) as files:
+            for upload in files:
+                filename = upload.filename or ""
+                data = await upload.read()
+                try:
+                    stored = await run_in_threadpool(store_upload, settings, name, filename, data, uploaded_by)
+                except InputError as error:
+                    first_error = first_error or error
+                    rejected.append({"filename": filename, "error": {"code": error.code, "message": error.message}})
+                    continue
+                documents.append(stored.to_json())
+        if not documents:
+            raise first_error or InputError("no file was uploaded", code="no_files")
+        job = ingest_jobs.enqueue(name)
+        return JSONResponse({"source": name, "documents": documents, "rejected": rejected, "ingest": ingest_ref(job)},
+                            status_code=202, headers={"Location": f"/ingest/{job.id}"})
+
+    @contextlib.asynccontextmanager
+    async def read_form(request: Request) -> AsyncIterator[list[UploadFile]]:
+        """The uploaded files of the request's form (field `files`), at most RAG_UPLOAD_MAX_FILES."""
+        limit = settings.upload_max_files
+        try:
+            form = await request.form(max_files=limit, max_fields=limit)
+        except HTTPException as error:
+            if error.status_code != 400:
+                raise
+            if "too many files" in str(error.detail).lower():
+                raise InputError(f"too many files: at most {limit} per request (RAG_UPLOAD_MAX_FILES)",
+                                 code="too_many_files") from None
+            raise InputError(f"the body is not a valid multipart form: {error.detail}", code="invalid_multipart") \
+                from None
+        try:
+            files = [item for item in form.getlist("files") if isinstance(item, UploadFile)]
+            if not files:
+                raise InputError("no file: send the files in the multipart field `files`", code="no_files")
+            if len(files) > limit:
+                raise InputError(f"too many files: at most {limit} per request (RAG_UPLOAD_MAX_FILES)",
+                                 code="too_many_files")
+            yield files
+        finally:
+            await form.close()
+
+    @app.get("/sources/{name}/documents", response_model=SourceDocumentsResponse, responses=ERROR_RESPONSES)
+    async def source_documents(name: Annotated[str, PathParam()],
+                               scope: Annotated[KeyScope | None, reader]) -> Response:
+        """The documents a source holds (status, stage, chunks, paths) and the files its last scan refused. A key
+        scoped to tags sees only documents with one of them."""
+        visible_source(name, scope)
+        listing = await run_in_threadpool(list_documents, settings, name, scope.tags if scope else None)
+        return JSONResponse(listing)
+
+    @app.delete("/sources/{name}/documents/{id}", status_code=202, response_model=RemoveResponse,
+                responses=ERROR_RESPONSES)
+    async def remove_source_document(name: Annotated[str, PathParam()],
+                                     document_id: Annotated[str, PathParam(alias="id")],
+                                     scope: Annotated[KeyScope | None, ingester]) -> Response:
+        """Delete an upload source's stored files of the document, then sync the source, which purges it (from
+        the index, unless another source holds it). A folder (roots) source's files are never deleted: 409. A key
+        scoped to tags removes only documents it can see (one of its tags)."""
+        visible_source(name, scope)
+        if scope is not None and scope.tags:
+            listing = await run_in_threadpool(list_documents, settings, name, scope.tags)
+            if document_id not in {document["id"] for document in listing["documents"]}:
+                await run_in_threadpool(upload_source, settings, name)  # 404 / 409 for the source first
+                raise NotFound(f"source {name!r} holds no document {document_id[:100]} that this key may see",
+                               code="unknown_document")
+        removed = await run_in_threadpool(remove_document, settings, name, document_id)
+        job = ingest_jobs.enqueue(name)
+        return JSONResponse({"id": document_id, "removed_paths": removed, "ingest": ingest_ref(job)},
+                            status_code=202, headers={"Location": f"/ingest/{job.id}"})
+
+    @app.get("/sources", response_model=SourcesResponse, responses=ERROR_RESPONSES)
+    async def list_sources(scope: Annotated[KeyScope | None, reader]) -> Response:
+        """Every source, configured or synced: its kind and its documents, pending, failed and chunks."""
+        overview = await run_in_threadpool(sources_overview, settings)
+        if scope is not None and scope.sources:
+            overview = [entry for entry in overview if entry["name"] in scope.sources]
+        return JSONResponse({"sources": overview})
 
     @app.get("/healthz", response_model=HealthResponse,
              responses={503: {"model": HealthResponse, "description": "the store is down"}})
@@ -355,7 +514,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
 
 
 def job_json(job: IngestJob) -> dict[str, Any]:
-    return {"id": job.id, "status": job.status, "roots": job.roots, "started_at": job.started_at,
+    return {"id": job.id, "status": job.status, "roots": job.roots, "source": job.source, "started_at": job.started_at,
             "finished_at": job.finished_at, "summary": job.summary, "error": job.error}
 
 

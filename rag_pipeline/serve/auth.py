@@ -25,6 +25,7 @@ from starlette.types import Scope as AsgiScope
 
 from rag_pipeline.errors import Forbidden, NotAuthenticated
 from rag_pipeline.index.vector_store import Scope
+from rag_pipeline.serve.guard import is_upload
 from rag_pipeline.serve.keys import Keyring, Role, is_loopback
 from rag_pipeline.settings import Settings
 
@@ -121,7 +122,8 @@ class AccessLog:
             return message
 
         try:
-            await self.app(scope, receive_logged if self.log_queries else receive, send_logged)
+            logged_body = self.log_queries and not is_upload(scope)  # an upload's files are no query
+            await self.app(scope, receive_logged if logged_body else receive, send_logged)
         finally:
             if not logged:
                 write()

@@ -48,6 +48,23 @@ def build_parser() -> argparse.ArgumentParser:
                                        "settings) from what every source holds, then switch queries to it")
     reindex.set_defaults(run=run_reindex)
 
+    upload = commands.add_parser("upload", parents=[common],
+                                 help="store files in an upload source (type from the bytes, stored once per "
+                                      "source), then sync that source")
+    upload.add_argument("source", help="an upload source of RAG_SOURCES_FILE (`NAME: {uploads: true}`)")
+    upload.add_argument("files", nargs="+", metavar="FILE")
+    upload.set_defaults(run=run_upload)
+    remove = commands.add_parser("remove", parents=[common],
+                                 help="delete an upload source's stored files of a document, then sync the source "
+                                      "(which purges it)")
+    remove.add_argument("source")
+    remove.add_argument("id", help="the document id: the SHA-256 of its bytes")
+    remove.set_defaults(run=run_remove)
+    sources = commands.add_parser("sources", parents=[common],
+                                  help="every source (configured or synced): kind, roots, documents, pending, "
+                                       "failed, chunks")
+    sources.set_defaults(run=run_sources)
+
     manifest = commands.add_parser("manifest", parents=[common],
                                    help="dry run: every file under the roots with included/refused/excluded and why, "
                                         "plus coverage, before anything is converted")
@@ -167,6 +184,75 @@ def run_reindex(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print_ingest_summary(summary, args.data_dir)
+    return 0
+
+
+def run_upload(args: argparse.Namespace) -> int:
+    """Store each file in the upload source (refusals reported per file), then sync the source in this process.
+    Exit 2 when every file was refused (nothing is synced)."""
+    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.ingest.uploads import store_upload, upload_source
+
+    settings = Settings(data_dir=args.data_dir)
+    upload_source(settings, args.source)
+    documents, rejected = [], []
+    for name in args.files:
+        try:
+            data = Path(name).read_bytes()
+        except OSError as error:
+            rejected.append({"filename": name, "error": {"code": "unreadable_file",
+                                                         "message": f"{name}: {error.strerror or error}"}})
+            continue
+        try:
+            documents.append(store_upload(settings, args.source, Path(name).name, data,
+                                          uploaded_by=f"cli:{os.environ.get('USER', '?')}").to_json())
+        except InputError as error:
+            rejected.append({"filename": name, "error": {"code": error.code, "message": error.message}})
+    for refusal in rejected:
+        print(f"rag-pipeline: refused {refusal['filename']}: {refusal['error']['message']}", file=sys.stderr)
+    if not documents:
+        output = {"source": args.source, "documents": [], "rejected": rejected, "ingest": None}
+        print(json.dumps(output) if args.json else "nothing stored: every file was refused")
+        return 2
+    summary = ingest(data_dir=args.data_dir, source=args.source, progress=not args.json)
+    if args.json:
+        print(json.dumps({"source": args.source, "documents": documents, "rejected": rejected, "ingest": summary}))
+    else:
+        for document in documents:
+            note = " (already stored)" if document["duplicate"] else ""
+            print(f"{document['id']}  {document['doc_type']:5} {document['path']}{note}")
+        print_ingest_summary(summary, args.data_dir)
+    return 0
+
+
+def run_remove(args: argparse.Namespace) -> int:
+    """Delete the upload source's files of the document, then sync the source in this process (it purges them)."""
+    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.ingest.uploads import remove_document
+
+    removed = remove_document(Settings(data_dir=args.data_dir), args.source, args.id)
+    summary = ingest(data_dir=args.data_dir, source=args.source, progress=not args.json)
+    if args.json:
+        print(json.dumps({"id": args.id, "removed_paths": removed, "ingest": summary}))
+    else:
+        for path in removed:
+            print(f"removed {path}")
+        print_ingest_summary(summary, args.data_dir)
+    return 0
+
+
+def run_sources(args: argparse.Namespace) -> int:
+    """Every source with its kind, roots and totals."""
+    from rag_pipeline.ingest.uploads import sources_overview
+
+    overview = sources_overview(Settings(data_dir=args.data_dir), with_roots=True)
+    if args.json:
+        print(json.dumps({"sources": overview}))
+        return 0
+    print(f"{'source':20} {'kind':8} {'documents':>9} {'pending':>7} {'failed':>6} {'chunks':>7}  roots")
+    for entry in overview:
+        print(f"{entry['name']:20} {entry['kind'] or '?':8} {entry['documents']:>9} {entry['pending']:>7} "
+              f"{entry['failed']:>6} {entry['chunks']:>7}  {', '.join(entry['roots'])}")
     return 0
 
 

@@ -5,7 +5,9 @@
     403 cross_origin            an Origin header that is neither the server's own origin nor in RAG_API_CORS_ORIGINS
                                 (those get CORS, preflight included, from Starlette's CORSMiddleware)
     415 unsupported_media_type  a POST body that is not Content-Type application/json (a body without one included):
-                                no form post from another site's page gets in
+                                no form post from another site's page gets in. The upload route (POST
+                                /sources/{name}/documents) takes multipart/form-data instead, and only that: a form
+                                from another site's page carries its Origin, which the rule above refuses
     400 invalid_json            JSON nested deeper than MAX_JSON_DEPTH, found while the route reads the body (one
                                 linear scan of the bytes, before any parser recurses into them)
 """
@@ -26,6 +28,8 @@ from rag_pipeline.settings import Settings
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 MAX_JSON_DEPTH = 32
 JSON_MEDIA_TYPE = "application/json"
+MULTIPART_MEDIA_TYPE = "multipart/form-data"
+UPLOAD_ROUTE = re.compile(r"/sources/[^/]+/documents")  # POST: multipart uploads (serve/api.py)
 # A Host header: a name or IPv4 address, or an IPv6 address in brackets, then an optional port.
 HOST_HEADER = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:@/\[\]]+)(?::\d{1,5})?")
 JSON_STRUCTURE = re.compile(rb'[\\"\[\]{}]')  # the bytes that open or close strings, arrays and objects
@@ -42,7 +46,7 @@ def middleware(settings: Settings) -> list[Middleware]:
                         cors_origins=settings.api_cors_origins)
     if not settings.api_cors_origins:
         return [screen]
-    cors = Middleware(CORSMiddleware, allow_origins=settings.api_cors_origins, allow_methods=["GET", "POST"],
+    cors = Middleware(CORSMiddleware, allow_origins=settings.api_cors_origins, allow_methods=["GET", "POST", "DELETE"],
                       allow_headers=["*"], expose_headers=["Location"])
     return [screen, cors]
 
@@ -64,7 +68,7 @@ class RequestScreen:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        await self.app(scope, nesting_limited(receive), send)
+        await self.app(scope, receive if is_upload(scope) else nesting_limited(receive), send)
 
     def refusal(self, scope: Scope, headers: Headers) -> JSONResponse | None:
         """The error response the request gets before reaching the app, or None when it may go on."""
@@ -81,10 +85,20 @@ class RequestScreen:
         if scope["method"] == "POST":
             media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
             has_body = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
-            if media_type != JSON_MEDIA_TYPE and (media_type or has_body):
+            if is_upload(scope):
+                if media_type != MULTIPART_MEDIA_TYPE:
+                    got = media_type[:100] or "no Content-Type"
+                    return error_response(415, "unsupported_media_type",
+                                          f"an upload must be {MULTIPART_MEDIA_TYPE} (field `files`): {got}")
+            elif media_type != JSON_MEDIA_TYPE and (media_type or has_body):
                 got = media_type[:100] or "no Content-Type"
                 return error_response(415, "unsupported_media_type", f"a POST body must be {JSON_MEDIA_TYPE}: {got}")
         return None
+
+
+def is_upload(scope: Scope) -> bool:
+    """True for the upload route's POSTs (multipart, not JSON; their own body limit)."""
+    return scope["method"] == "POST" and UPLOAD_ROUTE.fullmatch(scope["path"]) is not None
 
 
 def nesting_limited(receive: Receive) -> Receive:

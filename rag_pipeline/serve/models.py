@@ -100,18 +100,6 @@ class SearchResponse(BaseModel):
     reranked: bool
 
 
-class IngestJobResponse(BaseModel):
-    """POST /ingest (202) and GET /ingest/{id}: an ingest run and, once finished, its summary or error."""
-
-    id: str
-    status: Literal["running", "succeeded", "failed"]
-    roots: list[str]
-    started_at: float
-    finished_at: float | None
-    summary: dict[str, Any] | None
-    error: str | None
-
-
 class ErrorDetail(BaseModel):
     code: str = Field(description="stable machine-readable name, e.g. empty_query, body_too_large")
     message: str
@@ -121,6 +109,105 @@ class ErrorResponse(BaseModel):
     """Every error, whatever the status."""
 
     error: ErrorDetail
+
+
+class IngestJobResponse(BaseModel):
+    """POST /ingest (202) and GET /ingest/{id}: an ingest run and, once finished, its summary or error. A sync
+    that an upload or a removal asked for is `queued` while another ingest runs, and names its `source`."""
+
+    id: str
+    status: Literal["queued", "running", "succeeded", "failed"]
+    roots: list[str]
+    source: str | None = Field(None, description="the source it syncs; null: the configured roots or sources")
+    started_at: float = Field(description="when it was asked for (Unix time)")
+    finished_at: float | None
+    summary: dict[str, Any] | None
+    error: str | None
+
+
+class IngestRef(BaseModel):
+    """The sync of the source that an upload or removal started or queued: poll GET /ingest/{id}."""
+
+    id: str
+    status: Literal["queued", "running", "succeeded", "failed"]
+
+
+class UploadedDocument(BaseModel):
+    id: str = Field(description="the SHA-256 of the bytes: the document id")
+    filename: str = Field(description="the stored (sanitised) name, with the extension of the sniffed type")
+    path: str
+    bytes: int
+    doc_type: str
+    duplicate: bool = Field(description="the same bytes were already stored in the source: nothing new stored")
+
+
+class RejectedFile(BaseModel):
+    filename: str
+    error: ErrorDetail
+
+
+class UploadResponse(BaseModel):
+    """POST /sources/{name}/documents (202): the stored files, the refused ones, and the sync it started."""
+
+    source: str
+    documents: list[UploadedDocument]
+    rejected: list[RejectedFile]
+    ingest: IngestRef
+
+
+class RemoveResponse(BaseModel):
+    """DELETE /sources/{name}/documents/{id} (202): the deleted files, and the sync that purges the document."""
+
+    id: str
+    removed_paths: list[str]
+    ingest: IngestRef
+
+
+class SourceDocument(BaseModel):
+    model_config = ConfigDict(extra="allow")  # uploads add filename and uploaded_at
+
+    id: str
+    paths: list[str] = Field(description="its paths in this source")
+    all_paths: list[str] = Field(description="its paths in every source")
+    doc_type: str | None
+    bytes: int | None
+    status: Literal["pending", "ok", "failed"]
+    stage: str | None
+    error: str | None
+    chunks: int | None
+    ingested_at: str | None
+
+
+class Refusal(BaseModel):
+    path: str
+    reason: str | None
+
+
+class SourceDocumentsResponse(BaseModel):
+    """GET /sources/{name}/documents: what the source holds (uploads not synced yet are pending), and the files
+    its last scan refused."""
+
+    source: str
+    kind: str
+    documents: list[SourceDocument]
+    refused: list[Refusal]
+
+
+class SourceSummary(BaseModel):
+    name: str
+    kind: Literal["roots", "uploads"] | None
+    configured: bool
+    documents: int
+    pending: int
+    failed: int
+    chunks: int
+    synced_at: str | None
+
+
+class SourcesResponse(BaseModel):
+    """GET /sources: every source, configured or synced (no filesystem paths)."""
+
+    sources: list[SourceSummary]
 
 
 class StoreHealth(BaseModel):

@@ -1,0 +1,330 @@
+"""Upload sources: the type sniffed from the bytes, sanitised names, storage with SHA dedupe, and the HTTP API
+(POST/GET/DELETE /sources/{name}/documents, GET /sources) and CLI (upload, remove, sources) over real ingests."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rag_pipeline.errors import Conflict, InputError, NotFound
+from rag_pipeline.ingest.uploads import (
+    remove_document,
+    sanitize_filename,
+    sniff_upload,
+    store_upload,
+)
+from rag_pipeline.serve.keys import create_key
+from rag_pipeline.settings import Settings
+from rag_pipeline_tests.test_api import running_api
+
+from .conftest import REPO
+
+PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+PUMPS_MD = b"# Pump maintenance\n\nInspect the pump seals every month for leaks and replace worn gaskets.\n"
+VALVES_HTML = (b"<!DOCTYPE html><html><head><title>Valves</title></head><body><h1>Valves</h1>"
+               b"<p>Valves are greased every quarter with lithium grease.</p></body></html>")
+BINARY = bytes(range(256)) * 4
+
+
+def zipped(*names: str) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name in names:
+            archive.writestr(name, "<xml/>")
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def sources_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings over a data dir in tmp_path with a sources file (RAG_SOURCES_FILE): the upload source `inbox` and
+    the roots source `handbook` (one Markdown file)."""
+    handbook = tmp_path / "handbook"
+    handbook.mkdir()
+    (handbook / "boilers.md").write_text("# Boilers\n\nBoilers are descaled once a year.\n")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  inbox: {{uploads: true}}\n  handbook: {{roots: [{handbook}]}}\n")
+    monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
+    monkeypatch.delenv("RAG_ROOTS", raising=False)
+    return Settings(data_dir=tmp_path / "data")
+
+
+# --- the library: sniffing, names, storage ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("data, filename, doc_type", [
+    (PDF, "a.pdf", "pdf"),
+    (b"junk before the header " + PDF, "scan", "pdf"),
+    (zipped("[Content_Types].xml", "word/document.xml"), "letter.docx", "docx"),
+    (zipped("[Content_Types].xml", "ppt/presentation.xml"), "deck.bin", "pptx"),
+    (VALVES_HTML, "valves.txt", "html"),
+    (b"\xef\xbb\xbf  \n<HTML><body>hi</body></HTML>", "page", "html"),
+    (b"<head><meta charset=utf-8></head>\n<html lang=en>", "frag.md", "html"),
+    (PUMPS_MD, "pumps.md", "md"),
+    (PUMPS_MD, "PUMPS.MARKDOWN", "md"),
+    (PUMPS_MD, "pumps.pdf", "txt"),  # the name lies: text is text
+    ("Grüße, naïve café\n".encode(), "notes", "txt"),
+])
+def test_sniff_upload_reads_the_bytes(data: bytes, filename: str, doc_type: str) -> None:
+    assert sniff_upload(data, filename) == doc_type
+
+
+@pytest.mark.parametrize("data, code, words", [
+    (zipped("data.csv"), "unsupported_type", "neither DOCX nor PPTX"),
+    (b"PK\x03\x04 not really a zip", "unsupported_type", "corrupt ZIP"),
+    (BINARY, "unsupported_type", "NUL bytes"),
+    (b"\xff\xd8\xff\xe0 jpeg-ish \xfa\xfb", "unsupported_type", "not UTF-8"),
+    (b"", "empty_file", "empty"),
+])
+def test_sniff_upload_refusals(data: bytes, code: str, words: str) -> None:
+    with pytest.raises(InputError) as refused:
+        sniff_upload(data, "thing.md")
+    assert refused.value.code == code and words in refused.value.message and "thing.md" in refused.value.message
+
+
+@pytest.mark.parametrize("name, doc_type, stored", [
+    ("../../etc/passwd", "txt", "passwd.txt"),
+    ("C:\\x\\y.md", "md", "y.md"),
+    ("/abs/path/to/Report Q3.md", "md", "Report Q3.md"),
+    ("Überblick Straße.md", "md", "_berblick Stra_e.md"),
+    ("日本語.md", "md", "upload.md"),
+    (".hidden", "txt", "hidden.txt"),
+    ("...", "txt", "upload.txt"),
+    ("", "pdf", "upload.pdf"),
+    ("report.txt", "pdf", "report.pdf"),
+    ("page.htm", "html", "page.htm"),
+    ("notes.markdown", "md", "notes.markdown"),
+    ("notes.markdown", "html", "notes.html"),
+    ("a  b__c--d..md", "md", "a b_c-d.md"),
+    ("weird<>:\"|?*name.md", "md", "weird_name.md"),
+])
+def test_sanitize_filename(name: str, doc_type: str, stored: str) -> None:
+    assert sanitize_filename(name, doc_type) == stored
+
+
+def test_sanitize_filename_caps_the_length() -> None:
+    stored = sanitize_filename("x" * 500 + ".pdf", "pdf")
+    assert len(stored) == 100 and stored.endswith("x.pdf")
+    assert sanitize_filename("é" * 300, "txt") == "upload.txt"
+
+
+def test_store_upload_dedupes_and_refuses(sources_env: Settings) -> None:
+    settings = sources_env
+    first = store_upload(settings, "inbox", "report.txt", PDF, "alice")
+    assert (first.doc_type, first.filename, first.duplicate, first.bytes) == ("pdf", "report.pdf", False, len(PDF))
+    path = Path(first.path)
+    root = settings.data_dir.resolve() / "uploads" / "inbox"
+    assert re.fullmatch(re.escape(str(root)) + r"/\d{4}/\d{2}/\d{2}/[0-9a-f]{32}/report\.pdf", first.path)
+    assert path.read_bytes() == PDF and not path.stat().st_mode & stat.S_IWOTH
+    again = store_upload(settings, "inbox", "other-name.pdf", PDF, "bob")
+    assert again.duplicate and again.path == first.path and again.id == first.id
+    assert [p for p in root.rglob("*") if p.is_file()] == [path]
+    assert not list((settings.data_dir / "uploads" / ".incoming").iterdir())  # no temporary file left behind
+
+    with pytest.raises(NotFound) as unknown:
+        store_upload(settings, "nowhere", "a.md", PUMPS_MD, None)
+    assert unknown.value.code == "unknown_source"
+    with pytest.raises(Conflict) as roots:
+        store_upload(settings, "handbook", "a.md", PUMPS_MD, None)
+    assert roots.value.code == "not_an_upload_source"
+    with pytest.raises(InputError) as large:
+        store_upload(settings.model_copy(update={"upload_max_bytes": 10}), "inbox", "a.md", PUMPS_MD, None)
+    assert large.value.code == "file_too_large"
+
+    with pytest.raises(InputError) as bad_id:
+        remove_document(settings, "inbox", "../" + first.id[3:])
+    assert bad_id.value.code == "invalid_document_id"
+    with pytest.raises(Conflict) as roots:
+        remove_document(settings, "handbook", first.id)
+    assert roots.value.code == "not_an_upload_source"
+    assert remove_document(settings, "inbox", first.id) == [first.path]
+    assert not path.exists() and not list(root.iterdir())  # the uuid and day folders went with it
+    with pytest.raises(NotFound) as gone:
+        remove_document(settings, "inbox", first.id)
+    assert gone.value.code == "unknown_document"
+
+
+# --- the HTTP API over real ingests --------------------------------------------------------------------------------
+
+def wait_for_job(url: str, job_id: str, headers: dict[str, str] | None = None) -> dict:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{url}/ingest/{job_id}", headers=headers).json()
+        if job["status"] not in ("queued", "running"):
+            assert job["status"] == "succeeded", job["error"]
+            return job
+        time.sleep(0.2)
+    raise AssertionError("the ingest did not finish")
+
+
+def search_paths(url: str, query: str, **filters: str) -> list[str]:
+    body = {"query": query, "top_k": 5, **({"filters": filters} if filters else {})}
+    response = httpx.post(f"{url}/search", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    return [hit["path"] for hit in response.json()["results"]]
+
+
+def test_upload_search_list_and_delete(sources_env: Settings) -> None:
+    settings = sources_env
+    files = [("files", ("pumps.md", PUMPS_MD, "text/markdown")), ("files", ("../valves.txt", VALVES_HTML, "text/html")),
+             ("files", ("blob.md", BINARY, "application/octet-stream"))]
+    with running_api(settings) as url:
+        response = httpx.post(f"{url}/sources/inbox/documents", files=files, timeout=60)
+        assert response.status_code == 202, response.text
+        body = response.json()
+        assert response.headers["location"] == f"/ingest/{body['ingest']['id']}"
+        assert body["source"] == "inbox" and body["ingest"]["status"] in ("queued", "running")
+        stored = {document["filename"]: document for document in body["documents"]}
+        assert sorted(stored) == ["pumps.md", "valves.html"]  # the HTML's name follows its bytes
+        assert stored["valves.html"]["doc_type"] == "html" and not stored["pumps.md"]["duplicate"]
+        assert [(rejected["filename"], rejected["error"]["code"]) for rejected in body["rejected"]] == [
+            ("blob.md", "unsupported_type")]
+        # the same bytes again while that sync runs: the stored file, not a second one, and a queued sync that a
+        # further upload joins; POST /ingest is refused meanwhile
+        pumps = stored["pumps.md"]
+        again = httpx.post(f"{url}/sources/inbox/documents", files=[("files", ("copy.md", PUMPS_MD))], timeout=60)
+        assert again.status_code == 202 and again.json()["ingest"]["status"] == "queued"
+        assert again.json()["documents"] == [{**pumps, "duplicate": True}]
+        joined = httpx.post(f"{url}/sources/inbox/documents", files=[("files", ("x.md", PUMPS_MD))], timeout=60)
+        assert joined.json()["ingest"] == again.json()["ingest"]
+        busy = httpx.post(f"{url}/ingest")
+        assert busy.status_code == 409 and busy.json()["error"]["code"] == "ingest_running"
+        upload_dir = settings.data_dir.resolve() / "uploads" / "inbox"
+        assert len([path for path in upload_dir.rglob("*") if path.is_file()]) == 2
+
+        job = wait_for_job(url, body["ingest"]["id"])
+        assert job["source"] == "inbox" and job["summary"]["added"] == 2 and job["summary"]["failed"] == []
+        assert wait_for_job(url, again.json()["ingest"]["id"])["summary"]["added"] == 0
+
+        assert search_paths(url, "how often are the pump seals inspected")[0] == pumps["path"]
+        assert search_paths(url, "pump seals", source="inbox")[0] == pumps["path"]
+        assert pumps["path"] not in search_paths(url, "pump seals", source="handbook")
+
+        listing = httpx.get(f"{url}/sources/inbox/documents").json()
+        documents = {document["id"]: document for document in listing["documents"]}
+        assert set(documents) == {pumps["id"], stored["valves.html"]["id"]} and listing["kind"] == "uploads"
+        for document in documents.values():
+            assert document["status"] == "ok" and document["chunks"] > 0 and document["ingested_at"]
+            assert document["uploaded_at"] and document["filename"] in stored
+            [path] = document["paths"]
+            assert re.fullmatch(re.escape(str(upload_dir)) + r"/\d{4}/\d{2}/\d{2}/[0-9a-f]{32}/[^/]+", path)
+
+        deleted = httpx.delete(f"{url}/sources/inbox/documents/{pumps['id']}")
+        assert deleted.status_code == 202, deleted.text
+        assert deleted.json()["removed_paths"] == [pumps["path"]] and not Path(pumps["path"]).exists()
+        assert not Path(pumps["path"]).parent.exists()
+        job = wait_for_job(url, deleted.json()["ingest"]["id"])
+        assert job["summary"]["purged"] >= 1
+        assert pumps["path"] not in search_paths(url, "how often are the pump seals inspected")
+        listing = httpx.get(f"{url}/sources/inbox/documents").json()
+        assert [document["id"] for document in listing["documents"]] == [stored["valves.html"]["id"]]
+
+        missing = httpx.delete(f"{url}/sources/inbox/documents/{pumps['id']}")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_document"
+        roots = httpx.delete(f"{url}/sources/handbook/documents/{pumps['id']}")
+        assert roots.status_code == 409 and roots.json()["error"]["code"] == "not_an_upload_source"
+        overview = {entry["name"]: entry for entry in httpx.get(f"{url}/sources").json()["sources"]}
+        assert overview["inbox"]["kind"] == "uploads" and overview["inbox"]["documents"] == 1
+        assert overview["handbook"]["kind"] == "roots" and "roots" not in overview["handbook"]
+        assert str(settings.data_dir) not in json.dumps(overview)  # no server paths for readers
+
+
+def test_upload_limits_roles_and_refusals(sources_env: Settings) -> None:
+    """Refusals that start no ingest: roles, unknown and roots sources, media type, file count, body size, a request
+    whose every file is refused."""
+    settings = sources_env.model_copy(update={"upload_max_bytes": 64 * 1024, "upload_max_files": 2})
+    keys = settings.api_keys_path
+    reader = {"Authorization": f"Bearer {create_key(keys, 'viewer', 'reader')[1]}"}
+    loader = {"Authorization": f"Bearer {create_key(keys, 'loader', 'ingester')[1]}"}
+    scoped = {"Authorization": f"Bearer {create_key(keys, 'hb', 'reader', (), ('handbook',))[1]}"}
+    tagged = {"Authorization": f"Bearer {create_key(keys, 'legal', 'ingester', ('legal',))[1]}"}
+    one = [("files", ("a.md", PUMPS_MD, "text/markdown"))]
+
+    def error(response: httpx.Response, status: int) -> str:
+        assert response.status_code == status, response.text
+        return response.json()["error"]["code"]
+
+    with running_api(settings) as url:
+        upload = f"{url}/sources/inbox/documents"
+        assert error(httpx.post(upload, files=one), 401) == "not_authenticated"
+        assert error(httpx.post(upload, files=one, headers=reader), 403) == "forbidden"
+        assert error(httpx.post(f"{url}/sources/nowhere/documents", files=one, headers=loader), 404) == "unknown_source"
+        assert error(httpx.post(f"{url}/sources/handbook/documents", files=one, headers=loader),
+                     409) == "not_an_upload_source"
+        assert error(httpx.post(upload, json={"files": ["a.md"]}, headers=loader), 415) == "unsupported_media_type"
+        assert error(httpx.post(upload, headers=loader), 415) == "unsupported_media_type"
+        three = [("files", (f"{n}.md", PUMPS_MD + bytes([65 + n]), "text/markdown")) for n in range(3)]
+        assert error(httpx.post(upload, files=three, headers=loader), 400) == "too_many_files"
+        big = [("files", ("big.md", b"word " * 20_000, "text/markdown"))]
+        assert error(httpx.post(upload, files=big, headers=loader), 413) == "body_too_large"
+        refused = [("files", ("x.bin", BINARY)), ("files", ("e.md", b""))]
+        assert error(httpx.post(upload, files=refused, headers=loader), 400) == "unsupported_type"
+        assert error(httpx.post(upload, files=[("other", ("a.md", PUMPS_MD))], headers=loader), 400) == "no_files"
+
+        schema = httpx.get(f"{url}/openapi.json", headers=reader).json()
+        post = schema["paths"]["/sources/{name}/documents"]["post"]
+        assert "files" in post["requestBody"]["content"]["multipart/form-data"]["schema"]["properties"]
+        assert {"UploadResponse", "RemoveResponse", "SourceDocumentsResponse", "SourcesResponse"} <= set(
+            schema["components"]["schemas"])
+        listing = httpx.get(upload, headers=reader).json()
+        assert listing["documents"] == [] and listing["refused"] == []  # nothing stored, nothing ingested
+        assert error(httpx.get(upload, headers=scoped), 404) == "unknown_source"
+        assert error(httpx.get(f"{url}/sources/nowhere/documents", headers=reader), 404) == "unknown_source"
+        assert [entry["name"] for entry in httpx.get(f"{url}/sources", headers=scoped).json()["sources"]] == [
+            "handbook"]
+        assert error(httpx.delete(f"{upload}/{'0' * 64}", headers=reader), 403) == "forbidden"
+        assert error(httpx.delete(f"{upload}/not-an-id", headers=loader), 400) == "invalid_document_id"
+        # a tag-scoped key removes only what it sees: an untagged upload is not among them
+        stored = store_upload(settings, "inbox", "a.md", PUMPS_MD, None)
+        assert error(httpx.delete(f"{upload}/{stored.id}", headers=tagged), 404) == "unknown_document"
+        assert httpx.get(upload, headers=tagged).json()["documents"] == []
+        assert [document["status"] for document in httpx.get(upload, headers=reader).json()["documents"]] == [
+            "pending"]  # stored, not synced yet
+        assert remove_document(settings, "inbox", stored.id) == [stored.path]
+        assert not (settings.data_dir / "uploads" / "inbox").exists() or not any(
+            (settings.data_dir / "uploads" / "inbox").iterdir())
+
+
+# --- the CLI --------------------------------------------------------------------------------------------------------
+
+def rag_cli(settings: Settings, *argv: str) -> tuple[int, dict]:
+    process = subprocess.run([sys.executable, "-m", "rag_pipeline", *argv, "--json", "--data-dir",
+                              str(settings.data_dir)], capture_output=True, text=True, timeout=600,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+    return process.returncode, json.loads(process.stdout)
+
+
+@pytest.mark.slow  # two ingests in subprocesses: about 30 s
+def test_cli_upload_remove_and_sources(sources_env: Settings, tmp_path: Path) -> None:
+    note = tmp_path / "a.md"
+    note.write_bytes(PUMPS_MD)
+    junk = tmp_path / "junk.md"
+    junk.write_bytes(BINARY)
+    code, uploaded = rag_cli(sources_env, "upload", "inbox", str(note), str(junk))
+    assert code == 0, uploaded
+    [document] = uploaded["documents"]
+    assert (document["filename"], document["doc_type"], document["duplicate"]) == ("a.md", "md", False)
+    assert [rejected["error"]["code"] for rejected in uploaded["rejected"]] == ["unsupported_type"]
+    assert uploaded["ingest"]["added"] == 1 and uploaded["ingest"]["sources"] == ["inbox"]
+
+    code, listed = rag_cli(sources_env, "sources")
+    inbox = next(entry for entry in listed["sources"] if entry["name"] == "inbox")
+    assert code == 0 and inbox["documents"] == 1 and inbox["roots"] == [
+        str(sources_env.data_dir.resolve() / "uploads" / "inbox")]
+
+    code, removed = rag_cli(sources_env, "remove", "inbox", document["id"])
+    assert code == 0, removed
+    assert removed["removed_paths"] == [document["path"]] and removed["ingest"]["purged"] == 1
+    code, refused = rag_cli(sources_env, "upload", "inbox", str(junk))
+    assert code == 2 and refused["documents"] == [] and refused["ingest"] is None
+    code, failed = rag_cli(sources_env, "remove", "handbook", document["id"])
+    assert code == 1 and failed["error"]["code"] == "not_an_upload_source"
