@@ -190,9 +190,6 @@ def test_check_compares_chunk_ids_and_text_and_sync_repairs_stale_text(backend: 
         expected = {row["shard"]: expected_chunks(settings, row["shard"], [row["sha"]])}
         failures = chunk_mismatches(store, expected, sidecar)
     assert failures == [f"{row['paths'][0]}: point {chunk.chunk_id} holds other text than its chunk"]
-    report = finalize_generation(settings, sidecar)
-    assert report.check_failures  # the switch step would refuse a generation in this state
-    assert Path(row["paths"][0]).exists()
     # vector_index compares text hashes, so a run over the shard rewrites the document.
     result = dg.materialize(INGEST_ASSETS, resources={"rag": RagResource(data_dir=str(data_dir), roots=[str(root)])},
                             tags=shard_run_tags([row["shard"]]))

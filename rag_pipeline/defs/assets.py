@@ -30,6 +30,7 @@ TABLE_COLUMNS = {
     "sha": "string",
     "shard": "string",
     "type": "string",
+    "sources": "string",
     "tags": "string",
     "status": "string",
     "pages": "int",
@@ -65,6 +66,7 @@ def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -
                     "sha": sha[:12],
                     "shard": row.get("shard") or settings.shard_of(sha),
                     "type": row.get("doc_type"),
+                    "sources": ", ".join(row.get("sources") or []),
                     "tags": ", ".join(row.get("tags") or []),
                     "status": "purged" if sha in report.purged else row.get("status"),
                     "pages": row.get("pages"),
@@ -273,13 +275,15 @@ def index_generation(rag: RagResource) -> dg.MaterializeResult:
     """Switch queries to the generation the settings describe (model, chunk and sparse settings) once every shard
     of it is in sync and every point matches its chunk; drop generations beyond RAG_KEEP_GENERATIONS."""
     report = finalize_generation(rag.settings, rag.sidecar())
-    state = "switched" if report.switched else "active" if report.active == report.target else "building"
+    state = "switched" if report.switched else "active" if report.active == report.target else \
+        "waiting for the store" if report.waiting else "building"
     return dg.MaterializeResult(
         metadata={
             "state": state, "target": report.target, "active": report.active or "none",
             "previous": report.previous or "none", "pending_shards": len(report.pending_shards),
             "points": report.points, "check_seconds": report.check_seconds, "switch_ms": report.switch_ms,
             "dropped": ", ".join(report.dropped) or "none", "kept": ", ".join(report.kept) or "none",
+            "waiting": report.waiting or "no",
             "drop_deferred": dg.MetadataValue.md(
                 "\n".join(f"- {gid}: {why}" for gid, why in report.drop_deferred.items()) or "none"),
             GENERATION: dg.MetadataValue.json(report.to_json()),

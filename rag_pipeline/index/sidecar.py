@@ -228,6 +228,12 @@ class Sidecar:
                 ).fetchall()
         return {sha for (sha,) in rows}
 
+    def pending_shas(self, shard: str) -> set[str]:
+        """Documents of the shard whose ingest has not ended (status pending)."""
+        with self.connect() as con:
+            rows = con.execute("SELECT sha FROM documents WHERE shard = ? AND status = 'pending'", [shard]).fetchall()
+        return {sha for (sha,) in rows}
+
     def replace_catalogue(self, shas: list[str], chunk_rows: list[dict[str, Any]],
                           redaction_rows: list[dict[str, Any]]) -> None:
         """Replace the chunk and redaction rows of these documents in one transaction."""

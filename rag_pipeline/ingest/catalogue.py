@@ -27,7 +27,7 @@ def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) 
     redaction_rows: list[dict] = []
     for shard in report.shards:
         wanted = chunk_store.shas(shard)
-        held = sidecar.catalogued_shas(shard, chunk_set)
+        held = sidecar.catalogued_shas(shard, chunk_set) - sidecar.pending_shas(shard)  # a kill left it half-done
         vanished = sorted(sidecar.catalogued_shas(shard) - wanted)
         report.purged += vanished
         report.skipped += len(wanted & held)

@@ -35,7 +35,8 @@ class GenerationReport:
     dropped: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)  # older generations kept (RAG_KEEP_GENERATIONS)
     drop_deferred: dict[str, str] = field(default_factory=dict)  # generation -> why it could not be dropped yet
-    points: int = 0  # in the target's collection
+    points: int = 0  # in the target's collection (counted when it is checked for a switch)
+    waiting: str | None = None  # why the check could not run yet (the store is busy)
     check_seconds: float = 0.0
     switch_ms: float = 0.0
 
@@ -44,10 +45,23 @@ class GenerationReport:
 
 
 def finalize_generation(settings: Settings, sidecar: Sidecar) -> GenerationReport:
-    """Switch to the target generation if it is complete and checks out; drop generations beyond the ones kept."""
+    """Switch to the target generation if it is not active yet, complete and checks out; drop generations beyond
+    the ones kept. When the target is already active there is nothing to check (its runs' checks guard it)."""
     registry = components.generations(settings)
     target = components.target_generation(settings)
     report = GenerationReport(target=target.id, active=registry.active_id())
+    if report.active != target.id:
+        try:
+            switch_if_complete(settings, sidecar, report)
+        except StoreLocked as error:  # another process holds the embedded store: a later step switches
+            report.waiting = str(error)
+    drop_old_generations(settings, report)
+    return report
+
+
+def switch_if_complete(settings: Settings, sidecar: Sidecar, report: GenerationReport) -> None:
+    """Check the target generation over every shard and switch queries to it when it is complete."""
+    target = components.target_generation(settings)
     begin = time.perf_counter()
     with components.vector_store(settings) as store:
         report.pending_shards = pending_shards(settings, stored_manifest(sidecar), sidecar, store)
@@ -59,13 +73,11 @@ def finalize_generation(settings: Settings, sidecar: Sidecar) -> GenerationRepor
             report.check_failures = chunk_mismatches(store, expected, sidecar)
         report.points = store.count()
     report.check_seconds = round(time.perf_counter() - begin, 3)
-    if not report.pending_shards and not report.check_failures and report.active != target.id:
+    if not report.pending_shards and not report.check_failures:
         begin = time.perf_counter()
         report.previous = components.activate_generation(settings, target)
         report.switch_ms = round((time.perf_counter() - begin) * 1000, 2)
         report.switched, report.active = True, target.id
-    drop_old_generations(settings, report)
-    return report
 
 
 def drop_old_generations(settings: Settings, report: GenerationReport) -> None:

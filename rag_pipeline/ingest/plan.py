@@ -21,9 +21,11 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
         stored = {sha for sha, row in known.items() if row["shard"] == shard}
         converted = wanted - all_stores["markdown"].shas(shard, "error.json")
         relabelled = any(any(label_changes(known[sha], documents[sha])) for sha in wanted & stored)
+        unfinished = any(known[sha]["status"] == "pending" for sha in wanted & stored)
         in_sync = (
             wanted == stored
             and not relabelled
+            and not unfinished
             and all_stores["raw"].shas(shard) == wanted
             and all_stores["markdown"].shas(shard) == wanted
             and all(all_stores[stage].shas(shard) == converted for stage in ("redacted", "chunks", "embeddings"))
