@@ -114,8 +114,8 @@ def test_killed_first_ingest(moment: str, tmp_path: Path, clean: tuple[Path, dic
     }
     kill_when(root, data_dir, moments[moment])
     resumed = assert_converges(root, data_dir, clean)
-    if moment == "embedding":  # vectors written before the kill are kept: the re-run embeds only the rest
-        assert 0 < resumed["vectors_computed"] < clean[1]["vectors_computed"]
+    if moment == "embedding":  # vectors computed before the kill are kept (files, cache): not computed again
+        assert resumed["vectors_computed"] < clean[1]["vectors_computed"]
 
 
 def test_killed_update_never_shows_purged_documents(tmp_path: Path, clean: tuple[Path, dict, dict]) -> None:
@@ -140,3 +140,23 @@ def test_killed_update_never_shows_purged_documents(tmp_path: Path, clean: tuple
     assert {payload["sha"] for payload in points.values()}.isdisjoint(deleted_shas)
     for store in stores(Settings(data_dir=data_dir)).values():
         assert not any(store.shas(sha[:1]) & {sha} for sha in deleted_shas)
+
+
+def test_half_written_conversion_and_redaction_are_redone(tmp_path: Path) -> None:
+    """A kill between a stage's two files (<sha>.json, then <sha>.md) leaves the .json only: the document is
+    converted (or redacted) again instead of being taken as done and blocking its shard forever."""
+    root = scifact_files(tmp_path / "scifact", 3)
+    data_dir = tmp_path / "data"
+    run(root, data_dir)
+    settings = Settings(data_dir=data_dir)
+    all_stores = stores(settings)
+    sha = sha_of(sorted(root.iterdir())[0])
+    shard = settings.shard_of(sha)
+    for stage in ("chunks", "embeddings"):
+        all_stores[stage].delete(shard, sha)
+    for stage in ("markdown", "redacted"):
+        all_stores[stage].path(shard, sha, "md").unlink()  # as if killed after writing <sha>.json
+    resumed = run(root, data_dir)
+    assert resumed["shards"] == [shard] and resumed["failed"] == []
+    assert all_stores["markdown"].exists(shard, sha, "md") and all_stores["redacted"].exists(shard, sha, "md")
+    assert_index_agrees(data_dir)

@@ -276,7 +276,10 @@ def sync_markdown(
     started = time.perf_counter()
     report = StageReport("markdown", sorted(shards))
     raw, markdown = stores(settings)["raw"], stores(settings)["markdown"]
-    todo = reconcile(report, raw.shas, markdown.shas, markdown)
+    def complete(shard: str) -> set[str]:  # <sha>.md is written last: a kill before it leaves the document to redo
+        return markdown.shas(shard, "md") | markdown.shas(shard, "error.json") | markdown.shas(shard, DROPPED)
+
+    todo = reconcile(report, raw.shas, complete, markdown)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
     rows = []
     for shard, sha in tqdm(todo, desc="convert", unit="doc", disable=not progress or not todo):

@@ -416,7 +416,7 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
     def converted(shard: str) -> set[str]:
         return markdown.shas(shard, "md") | markdown.shas(shard, DROPPED)
 
-    todo = reconcile(report, converted, redacted.shas, redacted)
+    todo = reconcile(report, converted, lambda shard: redacted.shas(shard, "md"), redacted)  # .md is written last
     known = sidecar.documents_by_sha([sha for _, sha in todo])
     rows = []
     for shard, sha in todo:

@@ -157,11 +157,13 @@ def reconcile(
     outputs: Callable[[str], set[str]],
     output_store: ArtifactStore,
 ) -> list[tuple[str, str]]:
-    """Purge outputs whose input vanished; return the (shard, sha) pairs still to process."""
+    """Purge outputs whose input vanished (any file of theirs, a half-written one too); return the (shard, sha)
+    pairs still to process. `outputs` gives the documents whose output is complete: a document a killed run left
+    half-written is processed again."""
     todo = []
     for shard in report.shards:
         wanted, held = inputs(shard), outputs(shard)
-        for sha in sorted(held - wanted):
+        for sha in sorted(output_store.shas(shard) - wanted):
             output_store.delete(shard, sha)
             report.purged.append(sha)
         todo.extend((shard, sha) for sha in sorted(wanted - held))
