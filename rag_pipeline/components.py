@@ -14,7 +14,7 @@ from rag_pipeline.embedder import Embedder, EmbedderUnavailable, declared_dimens
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.generate.answerer import Answerer, GuardrailSettings
 from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, OllamaGenerator
-from rag_pipeline.index.factory import collection_exists, open_vector_store, point_alias
+from rag_pipeline.index.factory import alias_target, collection_exists, open_vector_store, point_alias
 from rag_pipeline.index.generations import Generation, GenerationRegistry, new_generation
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import SPARSE_ID
@@ -131,7 +131,11 @@ def query_store(settings: Settings) -> Iterator[VectorStore]:
 def query_settings(settings: Settings) -> tuple[Settings, str | None, int | None]:
     """(settings with the active generation's embedding model, the collection queries use, its dimension); the
     collection is None before any generation is active (queries then use the target's)."""
-    active = generations(settings).active()
+    registry = generations(settings)
+    active = registry.active()
+    if settings.qdrant_url:  # the alias is what queries follow: the generation is the one whose collection it names
+        aliased = alias_target(settings.qdrant_url, settings.qdrant_api_key, settings.qdrant_alias)
+        active = next((g for g in registry.all().values() if g.collection == aliased), None) if aliased else None
     if active is None:
         return settings, None, None
     collection = settings.qdrant_alias if settings.qdrant_url else active.collection

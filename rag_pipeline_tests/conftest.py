@@ -72,3 +72,15 @@ def fake_ollama() -> Iterator[FakeOllama]:
     server.server_close()
     thread.join()
 
+
+@pytest.fixture(params=["edge", "server"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The configured store for a test's ingests: the embedded engine, or the server code path on qdrant-client's
+    in-process `:memory:` API (RAG_QDRANT_URL=:memory:)."""
+    from rag_pipeline.index.server_store import shared_memory_client
+
+    shared_memory_client.cache_clear()
+    if request.param == "server":
+        monkeypatch.setenv("RAG_QDRANT_URL", ":memory:")
+    yield request.param
+    shared_memory_client.cache_clear()

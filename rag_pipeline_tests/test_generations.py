@@ -4,7 +4,6 @@ old generations are dropped (or kept, RAG_KEEP_GENERATIONS), and the index check
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -34,15 +33,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant"),
     pytest.mark.filterwarnings("ignore:Local mode performs exact"),
 ]
-
-
-@pytest.fixture(params=["edge", "server"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    shared_memory_client.cache_clear()
-    if request.param == "server":
-        monkeypatch.setenv("RAG_QDRANT_URL", ":memory:")
-    yield request.param
-    shared_memory_client.cache_clear()
 
 
 def every_point_matches_its_chunk(settings: Settings) -> int:

@@ -11,14 +11,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.defs.runner import ingest
-from rag_pipeline.index.server_store import shared_memory_client
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import IndexPoint, SparseVector, VectorStore
@@ -35,16 +33,6 @@ pytestmark = [
 ]
 PAYLOAD_KEYS = {"text", "window_text", "paths", "path", "heading_path", "line_start", "page", "chunk_index",
                 "sha", "shard", "doc_type", "tags", "sources", "ingested_at"}
-
-
-@pytest.fixture(params=["edge", "server"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """The embedded engine, or the server code path on qdrant-client's in-process `:memory:` API."""
-    shared_memory_client.cache_clear()
-    if request.param == "server":
-        monkeypatch.setenv("RAG_QDRANT_URL", ":memory:")
-    yield request.param
-    shared_memory_client.cache_clear()
 
 
 def open_store(data_dir: Path):

@@ -32,6 +32,11 @@ from rag_pipeline.settings import Settings
 from .conftest import SAMPLE_CORPUS
 from .test_index_sync import assert_index_agrees, sha_of
 
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Payload indexes have no effect in the local Qdrant"),
+    pytest.mark.filterwarnings("ignore:Local mode performs exact"),
+]
+
 
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +89,7 @@ def test_syncing_one_source_keeps_the_others(two_folders: tuple[Path, Path], dat
     assert_index_agrees(data_dir)
 
 
-def test_a_document_leaves_only_when_no_source_holds_it(tmp_path: Path, data_dir: Path) -> None:
+def test_a_document_leaves_only_when_no_source_holds_it(backend: str, tmp_path: Path, data_dir: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     text = "# Shared\n\nThe obsidian turbine spins at nine hundred revolutions.\n"
     write(a / "shared.md", text)
@@ -294,3 +299,36 @@ def test_resolve_source_roots(tmp_path: Path) -> None:
     assert resolve_source(settings, "x", None, {"x": [str(tmp_path)]}).roots == (tmp_path,)
     with pytest.raises(NotFound):
         resolve_source(settings, "x")
+
+
+def test_forget_a_source_and_an_unmounted_root_purges_nothing(tmp_path: Path, data_dir: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "# Shared\n\nThe malachite lantern hangs in the hall.\n"
+    write(tmp_path / "a" / "shared.md", text)
+    write(tmp_path / "b" / "shared.md", text)
+    write(tmp_path / "b" / "only-b.md", "# Only B\n\nThe tourmaline gate stays shut.\n")
+    ingest([tmp_path / "a"], data_dir, source="alpha")
+    ingest([tmp_path / "b"], data_dir, source="beta")
+
+    # A configured root that is not a folder (unmounted, moved) stops the sync before anything is purged.
+    monkeypatch.setenv("RAG_SOURCES_FILE", str(write(tmp_path / "sources.yaml", f"sources:\n  beta: {{roots: ["
+                                                                                 f"{tmp_path / 'gone'}]}}\n")))
+    with pytest.raises(ConfigError, match="not a folder"):
+        ingest(None, data_dir)
+    assert len(documents(data_dir)) == 2
+    with pytest.raises(Exception, match="is configured") as error:
+        ingest(None, data_dir, forget="beta", rediscover=False)
+    assert error.value.code == "source_configured"
+    monkeypatch.delenv("RAG_SOURCES_FILE")
+    with pytest.raises(NotFound):
+        ingest(None, data_dir, forget="gamma", rediscover=False)
+
+    # Forgetting beta purges what only beta held; the shared document stays, relabelled.
+    forgotten = subprocess.run([sys.executable, "-m", "rag_pipeline", "forget", "beta", "--data-dir", str(data_dir),
+                                "--json"], capture_output=True, text=True, check=True)
+    summary = json.loads(forgotten.stdout)
+    assert (summary["purged"], summary["moved"], summary["unchanged"]) == (1, 1, 0)
+    rows = documents(data_dir)
+    assert [row["sources"] for row in rows.values()] == [["alpha"]]
+    assert "beta" not in Sidecar(Settings(data_dir=data_dir).sidecar_path).sources()
+    assert all("tourmaline" not in hit["text"] for hit in search(data_dir, "tourmaline gate"))

@@ -19,6 +19,7 @@ import pytest
 
 from rag_pipeline.errors import Conflict, InputError, NotFound
 from rag_pipeline.ingest.uploads import (
+    RefusedUpload,
     remove_document,
     sanitize_filename,
     sniff_upload,
@@ -95,8 +96,10 @@ def test_sniff_upload_refusals(data: bytes, code: str, words: str) -> None:
     ("../../etc/passwd", "txt", "passwd.txt"),
     ("C:\\x\\y.md", "md", "y.md"),
     ("/abs/path/to/Report Q3.md", "md", "Report Q3.md"),
-    ("Überblick Straße.md", "md", "_berblick Stra_e.md"),
-    ("日本語.md", "md", "upload.md"),
+    ("Überblick Straße.md", "md", "Überblick Straße.md"),  # letters of any script stay
+    ("日本語.md", "md", "日本語.md"),
+    ("\u200b\u202e.md", "md", "upload.md"),  # format characters only: nothing usable is left
+    ("e\u0301te\u0301.md", "md", "été.md"),  # NFC
     (".hidden", "txt", "hidden.txt"),
     ("...", "txt", "upload.txt"),
     ("", "pdf", "upload.pdf"),
@@ -111,10 +114,29 @@ def test_sanitize_filename(name: str, doc_type: str, stored: str) -> None:
     assert sanitize_filename(name, doc_type) == stored
 
 
+def test_uploads_the_sync_would_leave_out_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sources = tmp_path / "sources.yaml"
+    sources.write_text("sources:\n  inbox: {uploads: true, rules: {types: [md], max_bytes: 100}}\n")
+    monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
+    settings = Settings(data_dir=tmp_path / "data")
+    with pytest.raises(RefusedUpload) as error:
+        store_upload(settings, "inbox", "page.html", b"<html><body>hi</body></html>")
+    assert error.value.code == "excluded_by_rules" and "type html is not in the types" in error.value.message
+    with pytest.raises(RefusedUpload, match="above max_bytes"):
+        store_upload(settings, "inbox", "long.md", b"# x\n" + b"word " * 50)
+    monkeypatch.setenv("RAG_EXTENSIONS", "md,txt")
+    monkeypatch.setenv("RAG_SOURCES_FILE", str(sources.parent / "plain.yaml"))
+    (sources.parent / "plain.yaml").write_text("sources:\n  inbox: {uploads: true}\n")
+    with pytest.raises(RefusedUpload, match="does not ingest"):
+        store_upload(Settings(data_dir=tmp_path / "data"), "inbox", "a.pdf", b"%PDF-1.7\n" + b"x" * 50)
+    assert store_upload(Settings(data_dir=tmp_path / "data"), "inbox", "a.md", b"# Fine\n").doc_type == "md"
+
+
 def test_sanitize_filename_caps_the_length() -> None:
     stored = sanitize_filename("x" * 500 + ".pdf", "pdf")
     assert len(stored) == 100 and stored.endswith("x.pdf")
-    assert sanitize_filename("é" * 300, "txt") == "upload.txt"
+    assert sanitize_filename("é" * 300, "txt") == "é" * 96 + ".txt"
+    assert len(sanitize_filename("日" * 300, "txt").encode()) <= 200  # 3 bytes each: capped by bytes
 
 
 def test_store_upload_dedupes_and_refuses(sources_env: Settings) -> None:

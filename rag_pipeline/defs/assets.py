@@ -162,7 +162,7 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
         def purge_points(shas: list[str]) -> int:
             deleted = 0
             for store in live:
-                held = sum(store.count(sha=sha) for sha in shas)
+                held = store.count(sha=shas)
                 if held:
                     store.delete_shas(shas)
                     store.mark_changed()
@@ -247,8 +247,8 @@ def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materi
 )
 def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Upsert new points, delete purged documents' points, relabel moved or re-tagged ones (no re-embedding)."""
-    with rag.vector_store() as store:
-        report = sync_vector_index(rag.settings, store, context.partition_keys, rag.sidecar())
+    with rag.live_stores() as (store, *active):
+        report = sync_vector_index(rag.settings, store, context.partition_keys, rag.sidecar(), also_relabel=active)
     metadata = stage_metadata(report, rag, context)
     metadata.update(collection=store.collection, moved=len(report.moved), retagged=len(report.retagged))
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("points_match_sidecar_chunks", report)])

@@ -8,6 +8,7 @@ up from each stage's typed StageTotals and the sidecar's record of what each run
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -21,12 +22,33 @@ from rag_pipeline import components
 from rag_pipeline.defs.assets import GENERATION, INGEST_ASSETS, TOTALS, corpus_summary, index_generation
 from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.errors import ConfigError, IngestFailed
+from rag_pipeline.errors import ConfigError, Conflict, IngestFailed
+from rag_pipeline.ingest.membership import forget_source
 from rag_pipeline.ingest.plan import pending_shards
 from rag_pipeline.ingest.stage import StageTotals
 from rag_pipeline.ingest.summary import IngestSummary
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@contextmanager
+def exclusive_ingest(data_dir: Path) -> Iterator[None]:
+    """Hold <data dir>/ingest.lock for a whole ingest: two ingests of one data dir (the CLI and the API, say) would
+    purge each other's new documents between their stages. A second one gets Conflict (ingest_running)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data_dir / "ingest.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            raise Conflict(f"another ingest of {data_dir} is running ({holder}); try again when it ends",
+                           code="ingest_running") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
 
 
 @contextmanager
@@ -52,19 +74,30 @@ def stage_totals(result: dg.ExecuteInProcessResult) -> dict[str, StageTotals]:
 
 
 def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | None = None, *,
-           source: str | None = None, rediscover: bool = True, progress: bool = False) -> dict[str, Any]:
+           source: str | None = None, rediscover: bool = True, forget: str | None = None,
+           progress: bool = False) -> dict[str, Any]:
     """Sync sources into the data dir; returns the summary the CLI prints as JSON.
 
     With `roots`, the source `source` (default `default`) is synced to exactly those roots; with `source` alone,
     to its configured (or last synced) roots; with neither, every configured source. `rediscover=False` walks no
     folder: the index generation the settings describe is built from what the sources last recorded (reindex).
-    Then, once that generation is complete, queries switch to it.
+    `forget` drops a source that is no longer configured first (its documents leave unless another source holds
+    them). Then, once the generation the settings describe is complete, queries switch to it.
     """
     started = time.perf_counter()
     rag = RagResource(
         roots=[str(Path(root).resolve()) for root in roots] if roots else None, source=source,
         data_dir=str(data_dir) if data_dir is not None else None, show_progress=progress, rediscover=rediscover,
     )
+    settings = rag.settings
+    with exclusive_ingest(settings.data_dir):
+        if forget is not None:
+            forget_source(settings, rag.sidecar(), forget)
+        return locked_ingest(rag, rediscover, started)
+
+
+def locked_ingest(rag: RagResource, rediscover: bool, started: float) -> dict[str, Any]:
+    """The ingest, under the data dir's ingest lock."""
     settings, sidecar = rag.settings, rag.sidecar()
     specs = rag.source_specs()
     if rediscover and not specs:

@@ -122,7 +122,7 @@ class EdgeStore(VectorStore):
         records = self._shard.retrieve(list(ids), with_payload=True, with_vector=False)
         return [Hit(str(record.id), 0.0, record.payload or {}) for record in records]
 
-    def count(self, *, shard: str | None = None, sha: str | None = None) -> int:
+    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None) -> int:
         conditions = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
         return self._shard.count(qe.CountRequest(exact=True, filter=_filter(conditions)))
 

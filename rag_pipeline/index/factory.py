@@ -96,3 +96,18 @@ def point_alias(qdrant_url: str, qdrant_api_key: str | None, alias: str, collect
     finally:
         if owned:
             client.close()
+
+
+def alias_target(qdrant_url: str, qdrant_api_key: str | None, alias: str) -> str | None:
+    """The collection the server's alias points to (None when the alias does not exist)."""
+    client, owned = server_client(qdrant_url, qdrant_api_key)
+    try:
+        return next((entry.collection_name for entry in client.get_aliases().aliases if entry.alias_name == alias),
+                    None)
+    except Exception as error:
+        if is_connection_error(error):
+            raise store_unreachable(f"Qdrant server {qdrant_url}", error) from error
+        raise
+    finally:
+        if owned:
+            client.close()

@@ -8,10 +8,13 @@ alias (RAG_QDRANT_ALIAS), so every client of the server follows it at once.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,28 +61,50 @@ class GenerationRegistry:
 
     def __init__(self, data_dir: Path) -> None:
         self.path = data_dir / REGISTRY_FILE
-        self._cache: tuple[float, dict[str, Any]] | None = None
+        self._cache: tuple[tuple[int, int], dict[str, Any]] | None = None
 
     def exists(self) -> bool:
         return self.path.is_file()
 
     def _read(self) -> dict[str, Any]:
-        """The registry file (re-read only when its mtime changed: the API checks it on every request)."""
+        """The registry file, re-read only when it was replaced (every write is a new inode: the API checks it on
+        every request)."""
         try:
-            mtime = self.path.stat().st_mtime_ns
+            stat = self.path.stat()
         except FileNotFoundError:
             return {"active": None, "generations": {}}
-        if self._cache is None or self._cache[0] != mtime:
-            self._cache = (mtime, json.loads(self.path.read_text()))
+        key = (stat.st_ino, stat.st_mtime_ns)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, json.loads(self.path.read_text()))
         return self._cache[1]
 
     def _write(self, state: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Replace the file atomically and durably: a reader sees the old or the new pointer, never a mix, and a
+        power loss leaves one of them."""
         fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".generations-")
         with os.fdopen(fd, "w") as handle:
             json.dump(state, handle, indent=1)
-        os.replace(temporary, self.path)  # atomic: a reader sees the old or the new pointer, never a mix
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
         self._cache = None
+
+    @contextmanager
+    def _changing(self) -> Iterator[dict[str, Any]]:
+        """The current state, for a read-modify-write that no other process interleaves (a lock file)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._cache = None
+            yield self._read()
+        finally:
+            os.close(fd)
 
     def all(self) -> dict[str, Generation]:
         return {gid: Generation(**record) for gid, record in self._read()["generations"].items()}
@@ -93,21 +118,23 @@ class GenerationRegistry:
 
     def register(self, generation: Generation) -> Generation:
         """The recorded generation of this id (recorded now if new)."""
-        state = self._read()
-        if generation.id not in state["generations"]:
-            state = {"active": state["active"], "generations": {**state["generations"], generation.id: asdict(generation)}}
-            self._write(state)
-        return Generation(**state["generations"][generation.id])
+        recorded = self._read()["generations"].get(generation.id)
+        if recorded is None:
+            with self._changing() as state:
+                recorded = state["generations"].get(generation.id) or asdict(generation)
+                self._write({"active": state["active"],
+                             "generations": {**state["generations"], generation.id: recorded}})
+        return Generation(**recorded)
 
     def activate(self, generation: Generation) -> str | None:
         """Make `generation` the one queries use; returns the previously active id."""
-        state = self._read()
-        previous = state["active"]
-        self._write({"active": generation.id, "generations": {**state["generations"], generation.id: asdict(generation)}})
-        return previous
+        with self._changing() as state:
+            self._write({"active": generation.id,
+                         "generations": {**state["generations"], generation.id: asdict(generation)}})
+            return state["active"]
 
     def forget(self, gid: str) -> None:
         """Remove a dropped generation's record."""
-        state = self._read()
-        self._write({"active": state["active"],
-                     "generations": {key: value for key, value in state["generations"].items() if key != gid}})
+        with self._changing() as state:
+            self._write({"active": state["active"],
+                         "generations": {key: value for key, value in state["generations"].items() if key != gid}})

@@ -150,7 +150,7 @@ class ServerStore(VectorStore):
         records = self.client.retrieve(self.collection, list(ids), with_payload=True)
         return [Hit(str(record.id), 0.0, record.payload or {}) for record in records]
 
-    def count(self, *, shard: str | None = None, sha: str | None = None) -> int:
+    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None) -> int:
         conditions = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
         return self.client.count(self.collection, count_filter=_filter(conditions), exact=True).count
 

@@ -66,6 +66,8 @@ CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR, asset VARCHAR, shards VARCHAR, 
 CREATE TABLE IF NOT EXISTS eval_runs (run_id VARCHAR, golden VARCHAR, index_version VARCHAR, collection VARCHAR,
     questions INTEGER, metrics JSON, finished_at TIMESTAMP);
 """
+TABLES = ("documents", "sources", "source_files", "refusals", "uploads", "run_documents", "chunks", "redactions",
+          "runs", "eval_runs")
 SOURCE_FILE_COLUMNS = ["source", "path", "root", "sha", "bytes", "doc_type", "tags"]
 DEFAULT_SOURCE = "default"  # the source that documents of a sidecar from before named sources join
 CHUNK_COLUMNS = ["chunk_id", "sha", "shard", "chunk_set", "chunk_index", "heading_path", "line_start", "page", "chars"]
@@ -97,6 +99,14 @@ def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [name]).fetchone()[0])
 
 
+def schema_is_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when every table and document column exists (the common case: no DDL, nothing to conflict)."""
+    tables = {name for (name,) in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    columns = {name for (name,) in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'documents'").fetchall()}
+    return set(TABLES) <= tables and set(DOCUMENT_COLUMNS) <= columns
+
+
 def migrate_to_sources(con: duckdb.DuckDBPyConnection) -> None:
     """A sidecar from before named sources: its documents join the source `default`, whose roots are derived from
     each document's first path and its root-relative path; the last scan's refusals move to `refusals`."""
@@ -126,11 +136,15 @@ class Sidecar:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         with self.connect() as con:
+            if schema_is_current(con):
+                return
+            con.execute("BEGIN TRANSACTION")  # the schema and the migration land together or not at all
             had_sources = table_exists(con, "source_files")
             con.execute(SCHEMA)
             add_missing_columns(con)
             if not had_sources:
                 migrate_to_sources(con)
+            con.execute("COMMIT")
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -316,6 +330,14 @@ class Sidecar:
             con.execute("INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)", [name, kind, roots, stamp])
             con.execute("COMMIT")
         return changed
+
+    def forget_source(self, name: str) -> None:
+        """Delete everything recorded of a source (its files, refusals and roots) in one transaction."""
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            for table, column in (("source_files", "source"), ("refusals", "source"), ("sources", "name")):
+                con.execute(f"DELETE FROM {table} WHERE {column} = ?", [name])
+            con.execute("COMMIT")
 
     def source_files(self, exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
         """Every source's recorded files (SOURCE_FILE_COLUMNS dicts), except those of the `exclude` sources."""

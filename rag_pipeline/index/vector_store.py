@@ -276,8 +276,8 @@ class VectorStore(ABC):
         """The points with these ids (score 0), in no particular order; missing ids are skipped."""
 
     @abstractmethod
-    def count(self, *, shard: str | None = None, sha: str | None = None) -> int:
-        """Exact number of points, optionally of one shard and/or document."""
+    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None) -> int:
+        """Exact number of points, optionally of one shard and/or document (or any of several)."""
 
     @abstractmethod
     def search_dense(

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rag_pipeline.errors import InputError
+from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.ingest.rules import CorpusRules, configured_rules, ignoring_pattern
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import DOC_TYPES, Settings
@@ -269,15 +269,16 @@ def discover_configured(settings: Settings, roots: Sequence[str | Path] | None =
     The CLI's manifest (a dry run, `save_cache=False`) calls this."""
     spec = SourceSpec(DEFAULT_SOURCE, tuple(Path(root) for root in (settings.roots if roots is None else roots)),
                       configured_rules(settings.corpus_rules))
-    return discover_sources(settings, [spec], save_cache=save_cache)[DEFAULT_SOURCE]
+    return discover_sources(settings, [spec], save_cache=save_cache, require_roots=False)[DEFAULT_SOURCE]
 
 
-def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_cache: bool = True
-                     ) -> dict[str, Manifest]:
+def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_cache: bool = True,
+                     require_roots: bool = True) -> dict[str, Manifest]:
     """Each source's manifest: its roots under the configured ignore patterns, extensions and size limit and the
     source's rules, re-hashing only files whose size or mtime changed since the last scan (the hash cache in the
     data dir, updated unless `save_cache` is False: a dry run writes nothing). An upload area's folder is created
-    when missing."""
+    when missing. With `require_roots`, a root that is not a folder (unmounted, moved) raises ConfigError before
+    anything is synced: an empty scan of it would purge the source's documents."""
     cache_path = settings.data_dir / "hash_cache.json"
     cache: HashCache = {}
     if cache_path.is_file():
@@ -287,6 +288,10 @@ def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_ca
         if spec.uploads:
             for root in spec.roots:
                 root.mkdir(parents=True, exist_ok=True)
+        missing = [str(root) for root in spec.roots if not Path(root).is_dir()]
+        if missing and require_roots:
+            raise ConfigError(f"source {spec.name!r}: root(s) {', '.join(missing)} not a folder (unmounted or moved?); "
+                              "nothing was synced, so its documents stay as they are")
         manifests[spec.name] = discover(spec.roots, ignore=settings.ignore, extensions=settings.extensions,
                                         max_file_bytes=settings.max_file_bytes, cache=cache, rules=spec.rules,
                                         source=spec.name)

@@ -8,7 +8,7 @@ the artifacts, so stale text cannot pass it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from rag_pipeline.index.sidecar import Sidecar
@@ -69,10 +69,12 @@ def held_chunks(store: VectorStore, shard: str) -> dict[str, dict[str, str]]:
     return held
 
 
-def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
+def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[str], sidecar: Sidecar,
+                      also_relabel: Sequence[VectorStore] = ()) -> StageReport:
     """Upsert new documents' points, delete purged documents' points, rewrite documents whose points differ from
     their chunks, and relabel (paths, tags, sources) the points of documents that were moved, copied, re-tagged
-    or joined or left a source, without re-embedding them."""
+    or joined or left a source, without re-embedding them. `also_relabel`: other generations' stores (the active
+    one while a new one is built), whose points get the same labels, so a key's scope holds there too."""
     started = time.perf_counter()
     report = StageReport("vector_index", sorted(shards))
     chunk_store, vectors_store = stores(settings)["chunks"], stores(settings)["embeddings"]
@@ -90,7 +92,8 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
             deleted += sum(state[sha].points for sha in vanished)
             report.purged += vanished
         rows = sidecar.documents_by_sha(sorted(wanted))
-        expected = expected_by_shard[shard] = expected_chunks(settings, shard, sorted(set(rows) & chunk_store.shas(shard)))
+        chunked = sorted(set(rows) & chunk_store.shas(shard))
+        expected = expected_by_shard[shard] = expected_chunks(settings, shard, chunked)
         for sha in sorted(wanted):
             row = rows.get(sha)
             if row is None:  # purged from the sidecar by a later raw run; its vectors go next time
@@ -115,6 +118,9 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
             if len(pending) >= UPSERT_BATCH:
                 store.upsert(pending)
                 upserted, pending = upserted + len(pending), []
+        for other in also_relabel:
+            if relabel_to_match(other, shard, rows):
+                other.mark_changed()
     if pending:
         store.upsert(pending)
         upserted += len(pending)
@@ -131,6 +137,19 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     report.figures = StageFigures(points_upserted=upserted, points_deleted=deleted, collection_points=store.count(),
                                   optimize_seconds=round(optimize_seconds, 3))
     return report
+
+
+def relabel_to_match(store: VectorStore, shard: str, rows: dict[str, dict]) -> int:
+    """Give the store's points of the shard the labels (paths, tags, sources) of their sidecar rows; how many
+    documents it relabelled."""
+    relabelled = 0
+    for sha, held in store.shard_state(shard).items():
+        row = rows.get(sha)
+        if row is not None and (sorted(held.paths), sorted(held.tags), sorted(held.sources)) != \
+                (sorted(row["paths"]), stored_tags(row), stored_sources(row)):
+            store.relabel(sha, *row_labels(row))
+            relabelled += 1
+    return relabelled
 
 
 def chunk_mismatches(store: VectorStore, expected_by_shard: dict[str, dict[str, dict[str, str]]],

@@ -97,7 +97,7 @@ def configured_report(settings: Settings, roots: Sequence[str | Path] | None = N
     if specs is None:
         specs = [SourceSpec(DEFAULT_SOURCE, tuple(Path(root) for root in (settings.roots if roots is None else roots)),
                             configured_rules(settings.corpus_rules))]
-    manifests = discover_sources(settings, specs, save_cache=save_cache)
+    manifests = discover_sources(settings, specs, save_cache=save_cache, require_roots=False)
     merged = Manifest()
     for manifest in manifests.values():
         merged.files += manifest.files

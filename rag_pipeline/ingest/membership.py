@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rag_pipeline.errors import Conflict, NotFound
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.discover import Manifest, SourceError, SourceFile
-from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
+from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec, configured_sources
+from rag_pipeline.settings import Settings
 
 
 def file_row(file: SourceFile) -> dict:
@@ -51,3 +53,14 @@ def current_manifest(sidecar: Sidecar, discovered: Mapping[str, Manifest]) -> Ma
 def named(reason: str, source: str) -> str:
     """A refusal's reason, naming the source unless it is `default`."""
     return reason if source == DEFAULT_SOURCE else f"{reason} (source {source})"
+
+
+def forget_source(settings: Settings, sidecar: Sidecar, name: str) -> None:
+    """Drop what a source that is no longer configured recorded (the next sync purges the documents no other
+    source holds). A configured source is refused: the next sync of the configuration would bring it back."""
+    if name in configured_sources(settings):
+        raise Conflict(f"source {name!r} is configured (RAG_SOURCES_FILE, or RAG_ROOTS for `default`): remove it "
+                       "from the configuration first", code="source_configured")
+    if name not in sidecar.sources():
+        raise NotFound(f"unknown source {name!r}: no sync recorded it", code="unknown_source")
+    sidecar.forget_source(name)

@@ -49,7 +49,8 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
                 report.added.append(sha)
                 row.update(status="pending", stage="raw", error=None)
             rows.append(row)
-        vanished = sorted(held - wanted)
+        recorded = {sha for sha, row in known.items() if row["shard"] == shard}  # a kill may leave a row only
+        vanished = sorted((held | recorded) - wanted)
         if vanished and purge_points is not None:
             report.figures.points_deleted += purge_points(vanished)
         for sha in vanished:

@@ -35,9 +35,10 @@ from rag_pipeline.settings import DOC_TYPES, Settings
 
 SNIFF_HEAD = 1024
 MAX_FILENAME_CHARS = 100
+MAX_FILENAME_BYTES = 200
 FALLBACK_NAME = "upload"
 DOCUMENT_ID = re.compile(r"[0-9a-f]{64}")
-UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._ -]")
+UNSAFE_CHARS = re.compile(r"[^\w. -]|_")  # letters and digits of any script stay; `_` is the replacement
 REPEATS = re.compile(r"([._ -])\1+")
 INCOMING = ".incoming"  # <data dir>/uploads/.incoming: temporary files, outside every source's folder
 _store_lock = threading.Lock()  # one store or removal at a time in this process: equal bytes are stored once
@@ -95,9 +96,10 @@ def sniff_upload(data: bytes, filename: str) -> str:
 
 
 def sanitize_filename(name: str, doc_type: str) -> str:
-    """The stored name of an upload: the basename only (no folders, no drive letter), NFC, only letters, digits,
-    '.', '_', ' ' and '-' (others become '_', runs collapse), no leading dots or spaces, at most 100 characters,
-    never empty, ending in the extension of `doc_type` (.markdown and .htm are kept for their types)."""
+    """The stored name of an upload: the basename only (no folders, no drive letter), NFC, only letters and digits
+    (of any script), '.', '_', ' ' and '-' (others become '_', runs collapse), no leading dots or spaces, at most
+    100 characters and 200 bytes of UTF-8, never empty, ending in the extension of `doc_type` (.markdown and .htm are kept for their
+    types)."""
     base = re.split(r"[/\\]", name or "")[-1]
     base = re.sub(r"^[A-Za-z]:", "", base)
     base = UNSAFE_CHARS.sub("_", unicodedata.normalize("NFC", base))
@@ -110,10 +112,12 @@ def sanitize_filename(name: str, doc_type: str) -> str:
     else:
         stem, extension = base, doc_type
     stem = stem.rstrip(". ")
-    if not re.search(r"[A-Za-z0-9]", stem):
+    if not re.search(r"[^\W_]", stem):  # no letter or digit left
         stem = FALLBACK_NAME
-    stem = stem[: MAX_FILENAME_CHARS - len(extension) - 1].rstrip(". ") or FALLBACK_NAME
-    return f"{stem}.{extension}"
+    stem = stem[: MAX_FILENAME_CHARS - len(extension) - 1]
+    while len(f"{stem}.{extension}".encode()) > MAX_FILENAME_BYTES:  # file systems count bytes (255 at most)
+        stem = stem[:-1]
+    return f"{stem.rstrip('. ') or FALLBACK_NAME}.{extension}"
 
 
 def upload_source(settings: Settings, source: str) -> SourceSpec:
@@ -137,13 +141,16 @@ def store_upload(settings: Settings, source: str, filename: str, data: bytes,
                  uploaded_by: str | None = None) -> UploadResult:
     """Store one uploaded file in the upload source `source` (see the module's docstring) and record it in the
     sidecar. The same bytes already stored in the source: that file, duplicate=True."""
-    upload_source(settings, source)
+    spec = upload_source(settings, source)
     limit = max_upload_bytes(settings)
     if len(data) > limit:
         raise RefusedUpload(f"{filename!r} is too large: {len(data):,} bytes exceeds the limit of {limit:,} bytes "
                             "(RAG_MAX_FILE_BYTES, RAG_UPLOAD_MAX_BYTES)", code="file_too_large")
     doc_type = sniff_upload(data, filename)
     name = sanitize_filename(filename, doc_type)
+    day, folder_id = datetime.now(UTC), uuid.uuid4().hex
+    relative = f"{day:%Y}/{day:%m}/{day:%d}/{folder_id}/{name}"  # the path the source's rules will see
+    check_ingested(settings, spec, filename, relative, doc_type, len(data))
     sha = hashlib.sha256(data).hexdigest()
     root = upload_root(settings, source)
     with _store_lock:
@@ -154,13 +161,24 @@ def store_upload(settings: Settings, source: str, filename: str, data: bytes,
                 return UploadResult(sha, row["filename"], row["path"], row["bytes"], doc_type, duplicate=True)
             stale.append(row["path"])
         sidecar.delete_uploads(stale)
-        day = datetime.now(UTC)
-        folder = root / f"{day:%Y}" / f"{day:%m}" / f"{day:%d}" / uuid.uuid4().hex
-        folder.mkdir(mode=0o700, parents=True)
-        path = folder / name
+        path = root / relative
+        path.parent.mkdir(mode=0o700, parents=True)
         write_atomically(settings.data_dir / "uploads" / INCOMING, path, data)
         sidecar.record_upload(str(path), source, sha, name, len(data), uploaded_by)
     return UploadResult(sha, name, str(path), len(data), doc_type)
+
+
+def check_ingested(settings: Settings, spec: SourceSpec, filename: str, relative: str, doc_type: str,
+                   size: int) -> None:
+    """Refuse a file the source's sync would leave out (RAG_EXTENSIONS, the source's rules at its `relative` path):
+    stored, it would be listed as pending for ever."""
+    extension = relative.rpartition(".")[2].lower()
+    if extension not in {ext.lower().lstrip(".") for ext in settings.extensions}:
+        raise RefusedUpload(f"{filename!r} is a {doc_type} document, which this server does not ingest "
+                            f"(RAG_EXTENSIONS: {', '.join(settings.extensions)})")
+    exclusion = spec.rules.exclusion(relative, doc_type, size) if spec.rules else None
+    if exclusion:
+        raise RefusedUpload(f"{filename!r} would not be ingested: {exclusion}", code="excluded_by_rules")
 
 
 def write_atomically(incoming: Path, path: Path, data: bytes) -> None:

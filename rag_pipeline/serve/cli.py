@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     remove.add_argument("source")
     remove.add_argument("id", help="the document id: the SHA-256 of its bytes")
     remove.set_defaults(run=run_remove)
+    forget = commands.add_parser("forget", parents=[common],
+                                 help="drop a source that is no longer configured: its documents leave the index "
+                                      "unless another source holds them")
+    forget.add_argument("source")
+    forget.set_defaults(run=run_forget)
     sources = commands.add_parser("sources", parents=[common],
                                   help="every source (configured or synced): kind, roots, documents, pending, "
                                        "failed, chunks")
@@ -237,6 +242,18 @@ def run_remove(args: argparse.Namespace) -> int:
     else:
         for path in removed:
             print(f"removed {path}")
+        print_ingest_summary(summary, args.data_dir)
+    return 0
+
+
+def run_forget(args: argparse.Namespace) -> int:
+    """Forget a source's recorded files, then sync what the other sources hold (which purges the rest)."""
+    from rag_pipeline.defs.runner import ingest
+
+    summary = ingest(data_dir=args.data_dir, forget=args.source, rediscover=False, progress=not args.json)
+    if args.json:
+        print(json.dumps(summary))
+    else:
         print_ingest_summary(summary, args.data_dir)
     return 0
 
