@@ -165,7 +165,7 @@ def test_keep_generations_and_a_store_still_open(tmp_path: Path, monkeypatch: py
     assert report.dropped == [first] and list(registry.all()) == [second["target"]]
 
 
-def test_check_compares_chunk_ids_and_text_and_sync_repairs_stale_text(backend: str, tmp_path: Path) -> None:
+def test_check_compares_chunk_ids_and_text_and_sync_repairs_stale_text(tmp_path: Path) -> None:
     root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
     ingest([root], data_dir)
     settings = Settings(data_dir=data_dir)

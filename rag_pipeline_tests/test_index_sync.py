@@ -5,12 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -245,38 +240,6 @@ def scifact_files(target: Path, count: int) -> Path:
             record = json.loads(line)
             (target / f"{record['_id']}.txt").write_text(f"{record['title']}\n\n{record['text']}\n")
     return target
-
-
-@pytest.mark.slow
-def test_killed_ingest_converges_to_the_uninterrupted_state(tmp_path: Path) -> None:
-    root = scifact_files(tmp_path / "scifact", 150)
-    command = [sys.executable, "-m", "rag_pipeline", "ingest", str(root), "--json", "--data-dir"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    killed_dir, clean_dir = tmp_path / "killed", tmp_path / "clean"
-    process = subprocess.Popen([*command, str(killed_dir)], env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
-    vectors = stores(Settings(data_dir=killed_dir))["embeddings"].dir
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and process.poll() is None:  # kill once the first vectors are written
-        if vectors.is_dir() and any(vectors.rglob("*.npy")):
-            break
-        time.sleep(0.1)
-    assert process.poll() is None, "the ingest finished before it could be killed"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-
-    resumed = json.loads(subprocess.run([*command, str(killed_dir)], env=env, capture_output=True, text=True,
-                                        check=True).stdout)
-    clean = json.loads(subprocess.run([*command, str(clean_dir)], env=env, capture_output=True, text=True,
-                                      check=True).stdout)
-    # Vectors written before the kill are kept: the resumed run embeds only the rest.
-    assert 0 < resumed["vectors_computed"] < clean["vectors_computed"]
-    killed_points, clean_points = assert_index_agrees(killed_dir), assert_index_agrees(clean_dir)
-    assert killed_points.keys() == clean_points.keys()
-    for point_id, payload in clean_points.items():
-        assert {**killed_points[point_id], "ingested_at": None} == {**payload, "ingested_at": None}
-    assert (Sidecar(Settings(data_dir=killed_dir).sidecar_path).query("SELECT count(*) AS n FROM chunks")
-            == Sidecar(Settings(data_dir=clean_dir).sidecar_path).query("SELECT count(*) AS n FROM chunks"))
 
 
 def test_half_written_document_is_rewritten(backend: str, tmp_path: Path, data_dir: Path) -> None:

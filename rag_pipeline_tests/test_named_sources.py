@@ -89,7 +89,7 @@ def test_syncing_one_source_keeps_the_others(two_folders: tuple[Path, Path], dat
     assert_index_agrees(data_dir)
 
 
-def test_a_document_leaves_only_when_no_source_holds_it(backend: str, tmp_path: Path, data_dir: Path) -> None:
+def test_a_document_leaves_only_when_no_source_holds_it(tmp_path: Path, data_dir: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     text = "# Shared\n\nThe obsidian turbine spins at nine hundred revolutions.\n"
     write(a / "shared.md", text)
@@ -190,18 +190,16 @@ def test_cli_sources_and_errors(two_folders: tuple[Path, Path], data_dir: Path) 
         return subprocess.run([sys.executable, "-m", "rag_pipeline", "ingest", *args, "--data-dir", str(data_dir),
                                "--json"], capture_output=True, text=True)
 
-    assert json.loads(cli(str(docs)).stdout)["added"] == 2
-    second = cli(str(notes), "--source", "notes")
-    assert second.returncode == 0 and json.loads(second.stdout)["unchanged"] == 2
-    again = json.loads(cli("--source", "notes").stdout)  # the roots notes was last synced with
-    assert (again["run_ids"], again["unchanged"], again["sources"]) == ([], 3, ["notes"])
+    assert json.loads(cli(str(docs), "--source", "notes").stdout)["sources"] == ["notes"]
+    again = ingest(None, data_dir, source="notes")  # the roots notes was last synced with
+    assert (again["run_ids"], again["unchanged"], again["sources"]) == ([], 2, ["notes"])
     unknown = cli("--source", "missing")
     assert unknown.returncode == 2 and json.loads(unknown.stdout)["error"]["code"] == "unknown_source"
-    invalid = cli(str(notes), "--source", "../etc")
-    assert invalid.returncode == 2 and json.loads(invalid.stdout)["error"]["code"] == "invalid_source"
-    nothing = subprocess.run([sys.executable, "-m", "rag_pipeline", "ingest", "--data-dir", str(data_dir / "x"),
-                              "--json"], capture_output=True, text=True)
-    assert nothing.returncode == 2 and "nothing to ingest" in json.loads(nothing.stdout)["error"]["message"]
+    with pytest.raises(Exception, match="invalid source name") as invalid:
+        ingest([notes], data_dir, source="../etc")
+    assert invalid.value.code == "invalid_source"
+    with pytest.raises(ConfigError, match="nothing to ingest"):
+        ingest(None, data_dir / "x")
 
 
 def test_sensor_watches_every_source(tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -242,6 +242,18 @@ class Sidecar:
                 ).fetchall()
         return {sha for (sha,) in rows}
 
+    def catalogued_by_shard(self, chunk_set: str) -> dict[str, set[str]]:
+        """shard -> catalogued_shas(shard, chunk_set), for every shard in one query."""
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT DISTINCT shard, sha FROM chunks WHERE chunk_set = ? UNION "
+                "SELECT shard, sha FROM documents WHERE chunk_set = ? AND chunks = 0", [chunk_set, chunk_set],
+            ).fetchall()
+        by_shard: dict[str, set[str]] = {}
+        for shard, sha in rows:
+            by_shard.setdefault(shard, set()).add(sha)
+        return by_shard
+
     def pending_shas(self, shard: str) -> set[str]:
         """Documents of the shard whose ingest has not ended (status pending)."""
         with self.connect() as con:

@@ -135,13 +135,15 @@ def check_text(head: bytes, *, complete: bool, require_utf8: bool) -> None:
 
 
 def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | None = None) -> SourceFile:
-    """Validate one candidate file and hash it; raise RefusedFile with a human reason."""
+    """Validate one candidate file (found by walking `root`, a resolved folder) and hash it; raise RefusedFile with
+    a human reason."""
     doc_type = DOC_TYPES[path.suffix.lower().lstrip(".")]
     try:
-        resolved = path.resolve(strict=True)
+        # discover() walks resolved roots without following folder symlinks: only a file symlink needs resolving
+        resolved = path.resolve(strict=True) if path.is_symlink() else path
     except (FileNotFoundError, RuntimeError) as exc:
         raise RefusedFile(f"cannot read: broken or looping symlink ({exc.__class__.__name__})") from exc
-    if not resolved.is_relative_to(root.resolve()):
+    if not resolved.is_relative_to(root):
         raise RefusedFile(f"symlink points outside the root {root} (to {resolved})")
     try:
         stat = resolved.stat()
@@ -296,10 +298,11 @@ def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_ca
                                         max_file_bytes=settings.max_file_bytes, cache=cache, rules=spec.rules,
                                         source=spec.name)
     if save_cache:
-        live = {str(Path(f.path).resolve()) for manifest in manifests.values() for f in manifest.files}
-        walked = [root.resolve() for spec in specs for root in spec.roots]
+        live = {os.path.realpath(f.path) if os.path.islink(f.path) else f.path
+                for manifest in manifests.values() for f in manifest.files}
+        walked = tuple(str(Path(root).resolve()).rstrip("/") + "/" for spec in specs for root in spec.roots)
         kept = {path: entry for path, entry in cache.items()  # other sources' entries stay
-                if path in live or not any(Path(path).is_relative_to(root) for root in walked)}
+                if path in live or not path.startswith(walked)}
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         cache_path.write_text(json.dumps(kept))
     return manifests

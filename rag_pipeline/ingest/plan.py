@@ -15,6 +15,7 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
     documents = manifest.documents()
     known = sidecar.documents()
     all_stores = stores(settings)
+    catalogued = sidecar.catalogued_by_shard(settings.chunking_id)
     pending = []
     for shard in settings.shard_keys:
         wanted = {sha for sha in documents if settings.shard_of(sha) == shard}
@@ -29,7 +30,7 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
             and all_stores["raw"].shas(shard) == wanted
             and all_stores["markdown"].shas(shard) == wanted
             and all(all_stores[stage].shas(shard) == converted for stage in ("redacted", "chunks", "embeddings"))
-            and sidecar.catalogued_shas(shard, settings.chunking_id) == converted
+            and catalogued.get(shard, set()) == converted
             and index_matches(store.shard_state(shard), {sha: known[sha] for sha in converted & stored})
         )
         if not in_sync:

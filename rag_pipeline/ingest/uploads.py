@@ -273,7 +273,8 @@ def list_documents(settings: Settings, source: str, scope_tags: Iterable[str] | 
         held.setdefault(row["sha"], []).append(row)
     uploads: dict[str, list[dict[str, Any]]] = {}
     for row in sidecar.uploads(source):
-        uploads.setdefault(row["sha"], []).append(row)
+        if Path(row["path"]).is_file():  # a row whose file is gone (a removal killed half way) lists nothing
+            uploads.setdefault(row["sha"], []).append(row)
     shas = sorted(set(held) | set(uploads))
     rows = sidecar.documents_by_sha(shas) if shas else {}
     wanted = set(scope_tags) if scope_tags else None

@@ -1,6 +1,6 @@
 """`rag-pipeline inspect`: what the sidecar and the vector store hold, as tables or JSON.
 
-    inspect documents [--status ok|failed] [--type pdf] [--tag TAG] [--path SUBSTRING] [--limit N]
+    inspect documents [--status ok|pending|failed] [--type pdf] [--tag TAG] [--path SUBSTRING] [--limit N]
     inspect chunks PATH_OR_SHA          a document's chunks: index, heading path, line, page, size, text
     inspect failures                    failed documents and refused files, with the reasons
     inspect redactions                  redaction totals by kind
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentPars
     """The views as sub-commands (each also takes the common --data-dir and --json)."""
     views = parser.add_subparsers(dest="view", required=True)
     documents = views.add_parser("documents", parents=[common], help="documents with status, type, chunks, errors")
-    documents.add_argument("--status", choices=("ok", "failed"))
+    documents.add_argument("--status", choices=("ok", "pending", "failed"))
     documents.add_argument("--type", dest="doc_type", help="md, txt, pdf, docx, html, pptx")
     documents.add_argument("--tag", help="only documents with this tag (from the corpus rules)")
     documents.add_argument("--path", help="only paths containing this substring")
