@@ -4,7 +4,10 @@ when chosen (qdrant-client alone takes over a second to import)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from rag_pipeline.index.vector_store import (
     HnswSettings,
@@ -54,13 +57,23 @@ def open_vector_store(
     return open_edge_store(data_dir / "qdrant_edge" / collection, collection, dimension, hnsw)
 
 
-def server_client(qdrant_url: str, qdrant_api_key: str | None):  # noqa: ANN201 (qdrant-client is imported lazily)
-    """A client of the Qdrant server (the shared in-process client for ":memory:"), and whether to close it."""
+@contextmanager
+def server_client(qdrant_url: str, qdrant_api_key: str | None) -> Iterator[Any]:
+    """A client of the Qdrant server (the shared in-process client for ":memory:"), closed on exit if it was opened
+    here; a server that cannot be reached raises StoreUnavailable naming it."""
     from rag_pipeline.index.server_store import connect, shared_memory_client
 
-    if qdrant_url == ":memory:":
-        return shared_memory_client(), False
-    return connect(url=qdrant_url, api_key=qdrant_api_key, location=None), True
+    owned = qdrant_url != ":memory:"
+    client = connect(url=qdrant_url, api_key=qdrant_api_key, location=None) if owned else shared_memory_client()
+    try:
+        yield client
+    except Exception as error:
+        if is_connection_error(error):
+            raise store_unreachable(f"Qdrant server {qdrant_url}", error) from error
+        raise
+    finally:
+        if owned:
+            client.close()
 
 
 def collection_exists(data_dir: Path, collection: str, qdrant_url: str | None = None,
@@ -69,45 +82,28 @@ def collection_exists(data_dir: Path, collection: str, qdrant_url: str | None = 
     if not qdrant_url:
         folder = data_dir / "qdrant_edge" / collection
         return folder.is_dir() and any(folder.iterdir())
-    client, owned = server_client(qdrant_url, qdrant_api_key)
-    try:
+    with server_client(qdrant_url, qdrant_api_key) as client:
         return client.collection_exists(collection)
-    except Exception as error:
-        if is_connection_error(error):
-            raise store_unreachable(f"Qdrant server {qdrant_url}", error) from error
-        raise
-    finally:
-        if owned:
-            client.close()
 
 
 def point_alias(qdrant_url: str, qdrant_api_key: str | None, alias: str, collection: str) -> None:
     """Move the server's alias to `collection` in one atomic alias update (created when missing)."""
     from qdrant_client import models
 
-    client, owned = server_client(qdrant_url, qdrant_api_key)
-    try:
+    with server_client(qdrant_url, qdrant_api_key) as client:
         operations: list = []
-        if any(entry.alias_name == alias for entry in client.get_aliases().aliases):
+        if alias_of(client, alias) is not None:
             operations.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
         operations.append(models.CreateAliasOperation(
             create_alias=models.CreateAlias(collection_name=collection, alias_name=alias)))
         client.update_collection_aliases(change_aliases_operations=operations)
-    finally:
-        if owned:
-            client.close()
 
 
 def alias_target(qdrant_url: str, qdrant_api_key: str | None, alias: str) -> str | None:
     """The collection the server's alias points to (None when the alias does not exist)."""
-    client, owned = server_client(qdrant_url, qdrant_api_key)
-    try:
-        return next((entry.collection_name for entry in client.get_aliases().aliases if entry.alias_name == alias),
-                    None)
-    except Exception as error:
-        if is_connection_error(error):
-            raise store_unreachable(f"Qdrant server {qdrant_url}", error) from error
-        raise
-    finally:
-        if owned:
-            client.close()
+    with server_client(qdrant_url, qdrant_api_key) as client:
+        return alias_of(client, alias)
+
+
+def alias_of(client: Any, alias: str) -> str | None:
+    return next((entry.collection_name for entry in client.get_aliases().aliases if entry.alias_name == alias), None)
