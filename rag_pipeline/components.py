@@ -65,10 +65,10 @@ def generations(settings: Settings) -> GenerationRegistry:
     return GenerationRegistry(settings.data_dir)
 
 
-def target_generation(settings: Settings, dimension: int | None = None) -> Generation:
+def target_generation(settings: Settings) -> Generation:
     """The generation the settings describe, registered (an index made before generations existed is adopted as
     the active generation first, so an unchanged configuration keeps using it)."""
-    dimension = dimension or embedding_dimension(settings)
+    dimension = embedding_dimension(settings)
     registry = generations(settings)
     if not registry.exists():
         adopt_legacy_collection(settings, registry, dimension)
@@ -117,27 +117,25 @@ def vector_store(settings: Settings) -> Iterator[VectorStore]:
 @contextmanager
 def query_store(settings: Settings) -> Iterator[VectorStore]:
     """The collection queries use (the active generation's; the target's before any is active), closed on exit."""
-    query, collection, dimension = query_settings(settings)
-    if collection is None:
-        generation = target_generation(settings)
-        collection, dimension = generation.collection, generation.dimension
-    store = open_store(query, collection, dimension)
+    store = open_store(*query_settings(settings))
     try:
         yield store
     finally:
         store.close()
 
 
-def query_settings(settings: Settings) -> tuple[Settings, str | None, int | None]:
-    """(settings with the active generation's embedding model, the collection queries use, its dimension); the
-    collection is None before any generation is active (queries then use the target's)."""
+def query_settings(settings: Settings) -> tuple[Settings, str, int]:
+    """(settings with the embedding model of the generation queries use, the collection they open, its dimension):
+    the active generation (on a server the one the alias names, opened through the alias), else, before any is
+    active, the one the settings describe."""
     registry = generations(settings)
     active = registry.active()
     if settings.qdrant_url:  # the alias is what queries follow: the generation is the one whose collection it names
         aliased = alias_target(settings.qdrant_url, settings.qdrant_api_key, settings.qdrant_alias)
         active = next((g for g in registry.all().values() if g.collection == aliased), None) if aliased else None
     if active is None:
-        return settings, None, None
+        target = target_generation(settings)
+        return settings, target.collection, target.dimension
     collection = settings.qdrant_alias if settings.qdrant_url else active.collection
     return settings.model_copy(update=active.embedding), collection, active.dimension
 
@@ -169,9 +167,6 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) ->
         query_embedder: Embedder | None = embedder(settings)
     except EmbedderUnavailable:
         query_embedder = None  # searches fall back to BM25 and warn
-    dimension = dimension or (query_embedder.dimension if query_embedder else embedding_dimension(settings))
-    if collection is None:
-        collection = target_generation(settings, dimension).collection
     reranker = shared_reranker(settings.rerank_model_path) if settings.rerank_model_path else None
     hyde = None
     if settings.hyde != "off":

@@ -159,17 +159,7 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
     manifest = rag.manifest()
     sidecar = rag.sidecar()
     with rag.live_stores() as live:
-        def purge_points(shas: list[str]) -> int:
-            deleted = 0
-            for store in live:
-                held = store.count(sha=shas)
-                if held:
-                    store.delete_shas(shas)
-                    store.mark_changed()
-                deleted += held
-            return deleted
-
-        report = sync_raw(rag.settings, manifest, context.partition_keys, sidecar, purge_points)
+        report = sync_raw(rag.settings, manifest, context.partition_keys, sidecar, live)
     metadata = stage_metadata(report, rag, context)
     totals = report.totals()
     metadata.update(moved=totals.moved, retagged=totals.retagged, unchanged=totals.unchanged)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import dagster as dg
@@ -90,10 +90,11 @@ class RagResource(dg.ConfigurableResource):
             for store in opened:
                 store.close()
 
-    def manifest(self, *, record: bool = True) -> Manifest:
-        """The corpus: this resource's sources re-discovered (re-hashing only files whose size or mtime changed
-        since the last scan) and, with `record`, recorded as what they hold; the other sources as last recorded."""
-        specs = self.source_specs()
+    def manifest(self, specs: Sequence[SourceSpec] | None = None, *, record: bool = True) -> Manifest:
+        """The corpus: this resource's sources (`specs` when already resolved) re-discovered (re-hashing only files
+        whose size or mtime changed since the last scan) and, with `record`, recorded as what they hold; the other
+        sources as last recorded."""
+        specs = self.source_specs() if specs is None else specs
         sidecar = self.sidecar()
         discovered = discover_sources(self.settings, specs)
         if record:

@@ -93,16 +93,16 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
     with exclusive_ingest(settings.data_dir):
         if forget is not None:
             forget_source(settings, rag.sidecar(), forget)
-        return locked_ingest(rag, rediscover, started)
+        return locked_ingest(rag, started)
 
 
-def locked_ingest(rag: RagResource, rediscover: bool, started: float) -> dict[str, Any]:
+def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     """The ingest, under the data dir's ingest lock."""
     settings, sidecar = rag.settings, rag.sidecar()
     specs = rag.source_specs()
-    if rediscover and not specs:
+    if rag.rediscover and not specs:
         raise ConfigError("nothing to ingest: give folders, or configure sources (RAG_SOURCES_FILE) or RAG_ROOTS")
-    manifest = rag.manifest()
+    manifest = rag.manifest(specs)
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
     summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs])

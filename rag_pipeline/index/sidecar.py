@@ -229,21 +229,14 @@ class Sidecar:
             with self.connect() as con:
                 con.execute("DELETE FROM documents WHERE list_contains(?, sha)", [shas])
 
-    def catalogued_shas(self, shard: str, chunk_set: str | None = None) -> set[str]:
-        """Documents whose chunk rows are stored (with chunk_set: only those chunked that way, zero-chunk ones too)."""
+    def catalogued_shas(self, shard: str) -> set[str]:
+        """Documents of the shard whose chunk rows are stored, however they were chunked."""
         with self.connect() as con:
-            if chunk_set is None:
-                rows = con.execute("SELECT DISTINCT sha FROM chunks WHERE shard = ?", [shard]).fetchall()
-            else:
-                rows = con.execute(
-                    "SELECT DISTINCT sha FROM chunks WHERE shard = ? AND chunk_set = ? UNION "
-                    "SELECT sha FROM documents WHERE shard = ? AND chunk_set = ? AND chunks = 0",
-                    [shard, chunk_set, shard, chunk_set],
-                ).fetchall()
+            rows = con.execute("SELECT DISTINCT sha FROM chunks WHERE shard = ?", [shard]).fetchall()
         return {sha for (sha,) in rows}
 
     def catalogued_by_shard(self, chunk_set: str) -> dict[str, set[str]]:
-        """shard -> catalogued_shas(shard, chunk_set), for every shard in one query."""
+        """shard -> documents catalogued with this chunking (chunk rows stored, or zero chunks), in one query."""
         with self.connect() as con:
             rows = con.execute(
                 "SELECT DISTINCT shard, sha FROM chunks WHERE chunk_set = ? UNION "

@@ -25,9 +25,10 @@ def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) 
     replaced: list[str] = []
     chunk_rows: list[dict] = []
     redaction_rows: list[dict] = []
+    catalogued = sidecar.catalogued_by_shard(chunk_set)
     for shard in report.shards:
         wanted = chunk_store.shas(shard)
-        held = sidecar.catalogued_shas(shard, chunk_set) - sidecar.pending_shas(shard)  # a kill left it half-done
+        held = catalogued.get(shard, set()) - sidecar.pending_shas(shard)  # a kill left it half-done
         vanished = sorted(sidecar.catalogued_shas(shard) - wanted)
         report.purged += vanished
         report.skipped += len(wanted & held)

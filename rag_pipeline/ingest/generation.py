@@ -14,11 +14,11 @@ from typing import Any
 
 from rag_pipeline import components
 from rag_pipeline.errors import StoreLocked
+from rag_pipeline.index.generations import Generation
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.index import chunk_mismatches, expected_chunks
 from rag_pipeline.ingest.membership import stored_manifest
 from rag_pipeline.ingest.plan import pending_shards
-from rag_pipeline.ingest.stage import stores
 from rag_pipeline.settings import Settings
 
 
@@ -52,24 +52,21 @@ def finalize_generation(settings: Settings, sidecar: Sidecar) -> GenerationRepor
     report = GenerationReport(target=target.id, active=registry.active_id())
     if report.active != target.id:
         try:
-            switch_if_complete(settings, sidecar, report)
+            switch_if_complete(settings, sidecar, target, report)
         except StoreLocked as error:  # another process holds the embedded store: a later step switches
             report.waiting = str(error)
     drop_old_generations(settings, report)
     return report
 
 
-def switch_if_complete(settings: Settings, sidecar: Sidecar, report: GenerationReport) -> None:
+def switch_if_complete(settings: Settings, sidecar: Sidecar, target: Generation, report: GenerationReport) -> None:
     """Check the target generation over every shard and switch queries to it when it is complete."""
-    target = components.target_generation(settings)
     begin = time.perf_counter()
     with components.vector_store(settings) as store:
         report.pending_shards = pending_shards(settings, stored_manifest(sidecar), sidecar, store)
         if not report.pending_shards:
-            chunk_store = stores(settings)["chunks"]
             documents = {row["sha"] for row in sidecar.query("SELECT sha FROM documents")}
-            expected = {shard: expected_chunks(settings, shard, sorted(chunk_store.shas(shard) & documents))
-                        for shard in settings.shard_keys}
+            expected = {shard: expected_chunks(settings, shard, documents) for shard in settings.shard_keys}
             report.check_failures = chunk_mismatches(store, expected, sidecar)
         report.points = store.count()
     report.check_seconds = round(time.perf_counter() - begin, 3)

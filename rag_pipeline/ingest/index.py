@@ -35,6 +35,12 @@ def row_labels(row: dict) -> tuple[list[str], list[str], list[str]]:
     return list(row["paths"]), stored_tags(row), stored_sources(row)
 
 
+def points_label_changes(held: IndexedDocument, row: dict) -> tuple[bool, bool]:
+    """(paths or sources differ, tags differ) between a document's points and its sidecar row."""
+    paths, tags, sources = row_labels(row)
+    return sorted(held.paths) != sorted(paths) or sorted(held.sources) != sources, sorted(held.tags) != tags
+
+
 def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: list[Chunk],
                  ingested_at: str) -> list[IndexPoint]:
     vectors = read_vectors(settings, shard, sha)
@@ -55,10 +61,11 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: li
     ]
 
 
-def expected_chunks(settings: Settings, shard: str, shas: Iterable[str]) -> dict[str, dict[str, str]]:
-    """sha -> {chunk id: text hash} of each document's chunk artifact."""
+def expected_chunks(settings: Settings, shard: str, documents: Iterable[str]) -> dict[str, dict[str, str]]:
+    """sha -> {chunk id: text hash} of the chunk artifact of each of `documents` that has one in the shard."""
+    chunked = stores(settings)["chunks"].shas(shard) & set(documents)
     return {sha: {chunk.chunk_id: text_digest(chunk.text) for chunk in read_chunks(settings, shard, sha)}
-            for sha in shas}
+            for sha in sorted(chunked)}
 
 
 def held_chunks(store: VectorStore, shard: str) -> dict[str, dict[str, str]]:
@@ -77,7 +84,7 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     one while a new one is built), whose points get the same labels, so a key's scope holds there too."""
     started = time.perf_counter()
     report = StageReport("vector_index", sorted(shards))
-    chunk_store, vectors_store = stores(settings)["chunks"], stores(settings)["embeddings"]
+    vectors_store = stores(settings)["embeddings"]
     ingested_at = datetime.now(UTC).isoformat(timespec="seconds")
     pending: list[IndexPoint] = []
     upserted = deleted = 0
@@ -92,17 +99,13 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
             deleted += sum(state[sha].points for sha in vanished)
             report.purged += vanished
         rows = sidecar.documents_by_sha(sorted(wanted))
-        chunked = sorted(set(rows) & chunk_store.shas(shard))
-        expected = expected_by_shard[shard] = expected_chunks(settings, shard, chunked)
+        expected = expected_by_shard[shard] = expected_chunks(settings, shard, rows)
         for sha in sorted(wanted):
             row = rows.get(sha)
             if row is None:  # purged from the sidecar by a later raw run; its vectors go next time
                 continue
             have = held.get(sha, {})
-            labels = state.get(sha, IndexedDocument(0, [], [], []))
-            paths, tags, sources = row_labels(row)
-            moved = sorted(labels.paths) != sorted(paths) or sorted(labels.sources) != sources
-            retagged = sorted(labels.tags) != tags
+            moved, retagged = points_label_changes(state.get(sha, IndexedDocument(0, [], [], [])), row)
             if have != expected.get(sha, {}):
                 if have:  # partly written or chunked differently: rewrite the document's points
                     store.delete_shas([sha])
@@ -110,7 +113,7 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
                 pending += build_points(settings, shard, sha, row, read_chunks(settings, shard, sha), ingested_at)
                 report.added.append(sha)
             elif have and (moved or retagged):
-                store.relabel(sha, paths, tags, sources)
+                store.relabel(sha, *row_labels(row))
                 report.moved += [sha] if moved else []
                 report.retagged += [sha] if retagged else []
             else:
@@ -145,8 +148,7 @@ def relabel_to_match(store: VectorStore, shard: str, rows: dict[str, dict]) -> i
     relabelled = 0
     for sha, held in store.shard_state(shard).items():
         row = rows.get(sha)
-        if row is not None and (sorted(held.paths), sorted(held.tags), sorted(held.sources)) != \
-                (sorted(row["paths"]), stored_tags(row), stored_sources(row)):
+        if row is not None and any(points_label_changes(held, row)):
             store.relabel(sha, *row_labels(row))
             relabelled += 1
     return relabelled

@@ -7,10 +7,11 @@ later never leaves a purged document searchable (the later stages purge their ow
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.index.vector_store import VectorStore
 from rag_pipeline.ingest.artifacts import ArtifactStore
 from rag_pipeline.ingest.discover import Manifest, document_paths, document_sources, document_tags, sha256_file
 from rag_pipeline.ingest.stage import StageReport, describe, label_changes, stores
@@ -18,10 +19,10 @@ from rag_pipeline.settings import Settings
 
 
 def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], sidecar: Sidecar,
-             purge_points: Callable[[list[str]], int] | None = None) -> StageReport:
-    """Snapshot new documents' bytes, drop vanished SHAs (their points first, through `purge_points`, which
-    returns how many it deleted; each later stage purges its own artifacts in turn), and record every document's
-    current paths, tags and sources."""
+             live: Sequence[VectorStore] = ()) -> StageReport:
+    """Snapshot new documents' bytes, drop vanished SHAs (their points first, from every `live` store: the
+    generation being built and the one queries use; each later stage purges its own artifacts in turn), and
+    record every document's current paths, tags and sources."""
     started = time.perf_counter()
     report = StageReport("raw", sorted(shards))
     store = stores(settings)["raw"]
@@ -51,8 +52,8 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
             rows.append(row)
         recorded = {sha for sha, row in known.items() if row["shard"] == shard}  # a kill may leave a row only
         vanished = sorted((held | recorded) - wanted)
-        if vanished and purge_points is not None:
-            report.figures.points_deleted += purge_points(vanished)
+        if vanished:
+            report.figures.points_deleted += purge_points(live, vanished)
         for sha in vanished:
             store.delete(shard, sha)
             report.purged.append(sha)
@@ -61,6 +62,18 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
     sidecar.delete(report.purged)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def purge_points(live: Sequence[VectorStore], shas: list[str]) -> int:
+    """Delete the documents' points from every live store; how many points that deleted."""
+    deleted = 0
+    for store in live:
+        held = store.count(sha=shas)
+        if held:
+            store.delete_shas(shas)
+            store.mark_changed()
+        deleted += held
+    return deleted
 
 
 def snapshot(store: ArtifactStore, shard: str, sha: str, path: str, doc_type: str) -> str | None:
