@@ -63,6 +63,10 @@ class StoreLocked(StoreUnavailable, code="store_locked"):
     """The embedded store is open in another process (it allows one at a time)."""
 
 
+class QueryTimeout(Unavailable, code="query_timeout"):
+    """A metadata query ran past its time limit and was stopped."""
+
+
 class ModelUnavailable(Unavailable, code="model_unavailable"):
     """A model (embedder, reranker, LLM) cannot be reached or loaded."""
 

@@ -117,6 +117,9 @@ class Settings(BaseSettings):
     semantic_cache_min_cosine: float = 0.90
     semantic_cache_ttl_s: int = 24 * 3600
 
+    # The metadata query tool (rag-pipeline query, POST /query): each query is stopped after this many seconds.
+    query_timeout_seconds: float = Field(5.0, gt=0, le=120)
+
     # HyDE (needs an LLM at RAG_OLLAMA_URL): "standard" embeds n hypothetical answers (averaged with the query),
     # "adaptive" does so only when the top dense score is below hyde_adaptive_threshold, "multi" rotates
     # through five prompt templates.

@@ -65,9 +65,64 @@ CREATE TABLE IF NOT EXISTS runs (run_id VARCHAR, asset VARCHAR, shards VARCHAR, 
     purged INTEGER, failed INTEGER, seconds DOUBLE, finished_at TIMESTAMP);
 CREATE TABLE IF NOT EXISTS eval_runs (run_id VARCHAR, golden VARCHAR, index_version VARCHAR, collection VARCHAR,
     questions INTEGER, metrics JSON, finished_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS document_fields (sha VARCHAR NOT NULL, name VARCHAR NOT NULL, position INTEGER NOT NULL,
+    kind VARCHAR NOT NULL, text_value VARCHAR, number_value DOUBLE, date_value TIMESTAMP, origin VARCHAR,
+    PRIMARY KEY (sha, name, position));
+CREATE TABLE IF NOT EXISTS field_errors (sha VARCHAR NOT NULL, origin VARCHAR, error VARCHAR);
+CREATE TABLE IF NOT EXISTS rosters (name VARCHAR PRIMARY KEY, path VARCHAR, key VARCHAR, document_key VARCHAR,
+    authoritative VARCHAR[], sha VARCHAR, rows INTEGER, problems VARCHAR[], loaded_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS roster_values (roster VARCHAR NOT NULL, key VARCHAR NOT NULL, name VARCHAR NOT NULL,
+    position INTEGER NOT NULL, kind VARCHAR NOT NULL, text_value VARCHAR, number_value DOUBLE, date_value TIMESTAMP,
+    authoritative BOOLEAN);
+CREATE TABLE IF NOT EXISTS reconciliation (roster VARCHAR, key VARCHAR, sha VARCHAR, path VARCHAR, field VARCHAR,
+    status VARCHAR, document_value VARCHAR, roster_value VARCHAR);
+CREATE TABLE IF NOT EXISTS enrichments (sha VARCHAR NOT NULL, field VARCHAR NOT NULL, model VARCHAR NOT NULL,
+    schema_hash VARCHAR NOT NULL, method VARCHAR, value JSON, error VARCHAR, created_at TIMESTAMP,
+    PRIMARY KEY (sha, field, model, schema_hash));
+"""
+# Fields in one long, typed form (one row per value; a list has one row per element): the built-in facts of every
+# document, its stated and enriched fields, and the roster's columns joined by key, authoritative ones replacing
+# what the document states. `effective_fields` is what the metadata query tool reads.
+VIEWS = """
+CREATE OR REPLACE VIEW builtin_fields AS
+    SELECT sha, 'id' AS name, 'string' AS kind, sha AS text_value, NULL::DOUBLE AS number_value,
+        NULL::TIMESTAMP AS date_value, 'builtin' AS origin FROM documents
+    UNION ALL SELECT sha, 'path', 'list', unnest(paths), NULL, NULL, 'builtin' FROM documents
+    UNION ALL SELECT sha, 'folder', 'string', coalesce(nullif(regexp_extract(rel_path, '^(.*)/[^/]*$', 1), ''), '.'),
+        NULL, NULL, 'builtin' FROM documents WHERE rel_path IS NOT NULL
+    UNION ALL SELECT sha, 'name', 'string', regexp_extract(paths[1], '[^/]*$'), NULL, NULL, 'builtin' FROM documents
+    UNION ALL SELECT sha, 'type', 'string', doc_type, NULL, NULL, 'builtin' FROM documents
+    UNION ALL SELECT sha, 'source', 'list', unnest(sources), NULL, NULL, 'builtin' FROM documents
+    UNION ALL SELECT sha, 'tags', 'list', unnest(tags), NULL, NULL, 'builtin' FROM documents
+    UNION ALL SELECT sha, 'pages', 'number', pages::VARCHAR, pages, NULL, 'builtin' FROM documents
+        WHERE pages IS NOT NULL
+    UNION ALL SELECT sha, 'chars', 'number', chars::VARCHAR, chars, NULL, 'builtin' FROM documents
+        WHERE chars IS NOT NULL
+    UNION ALL SELECT sha, 'ingested_at', 'date', strftime(ingested_at, '%Y-%m-%dT%H:%M:%S'), NULL, ingested_at,
+        'builtin' FROM documents WHERE ingested_at IS NOT NULL;
+CREATE OR REPLACE VIEW own_fields AS
+    SELECT * FROM builtin_fields
+    UNION ALL SELECT sha, name, kind, text_value, number_value, date_value, origin FROM document_fields;
+CREATE OR REPLACE VIEW roster_matches AS
+    SELECT DISTINCT f.sha, r.name AS roster, f.text_value AS key FROM rosters r
+    JOIN own_fields f ON f.name = r.document_key
+    JOIN (SELECT DISTINCT roster, key FROM roster_values) k ON k.roster = r.name AND k.key = f.text_value;
+CREATE OR REPLACE VIEW effective_fields AS
+    SELECT f.* FROM own_fields f WHERE NOT EXISTS (
+        SELECT 1 FROM roster_matches m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key
+        WHERE m.sha = f.sha AND v.name = f.name AND v.authoritative)
+    UNION ALL
+    SELECT m.sha, v.name, v.kind, v.text_value, v.number_value, v.date_value, 'roster:' || m.roster
+    FROM roster_matches m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key
+    WHERE v.authoritative OR NOT EXISTS (SELECT 1 FROM own_fields f WHERE f.sha = m.sha AND f.name = v.name);
 """
 TABLES = ("documents", "sources", "source_files", "refusals", "uploads", "run_documents", "chunks", "redactions",
-          "runs", "eval_runs")
+          "runs", "eval_runs", "document_fields", "field_errors", "rosters", "roster_values", "reconciliation",
+          "enrichments", "builtin_fields", "own_fields", "roster_matches", "effective_fields")
+FIELD_COLUMNS = ["sha", "name", "position", "kind", "text_value", "number_value", "date_value", "origin"]
+ROSTER_VALUE_COLUMNS = ["roster", "key", "name", "position", "kind", "text_value", "number_value", "date_value",
+                        "authoritative"]
+RECONCILIATION_COLUMNS = ["roster", "key", "sha", "path", "field", "status", "document_value", "roster_value"]
 SOURCE_FILE_COLUMNS = ["source", "path", "root", "sha", "bytes", "doc_type", "tags"]
 DEFAULT_SOURCE = "default"  # the source that documents of a sidecar from before named sources join
 CHUNK_COLUMNS = ["chunk_id", "sha", "shard", "chunk_set", "chunk_index", "heading_path", "line_start", "page", "chars"]
@@ -142,6 +197,7 @@ class Sidecar:
             had_sources = table_exists(con, "source_files")
             con.execute(SCHEMA)
             add_missing_columns(con)
+            con.execute(VIEWS)
             if not had_sources:
                 migrate_to_sources(con)
             con.execute("COMMIT")
@@ -224,10 +280,43 @@ class Sidecar:
             return {row["sha"]: row for row in records(cursor)}
 
     def delete(self, shas: Iterable[str]) -> None:
+        """Forget documents: their rows, fields and field errors (their enrichment cache stays: the same bytes
+        coming back are not enriched again)."""
         shas = list(shas)
         if shas:
             with self.connect() as con:
-                con.execute("DELETE FROM documents WHERE list_contains(?, sha)", [shas])
+                con.execute("BEGIN TRANSACTION")
+                for table in ("documents", "document_fields", "field_errors"):
+                    con.execute(f"DELETE FROM {table} WHERE list_contains(?, sha)", [shas])
+                con.execute("COMMIT")
+
+    def replace_fields(self, rows: list[dict[str, Any]], shas: list[str], origins: list[str] | None = None,
+                       names: list[str] | None = None, errors: list[dict[str, Any]] | None = None) -> None:
+        """Replace the field rows (FIELD_COLUMNS dicts) of these documents in one transaction: all of them, or only
+        those of the given `origins` or `names`; with `errors` (sha, origin, error dicts), their field errors of
+        those origins too."""
+        if not shas:
+            return
+        condition, params = "list_contains(?, sha)", [shas]
+        if origins is not None:
+            condition, params = condition + " AND list_contains(?, origin)", params + [origins]
+        if names is not None:
+            condition, params = condition + " AND list_contains(?, name)", params + [names]
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            con.execute(f"DELETE FROM document_fields WHERE {condition}", params)
+            if rows:
+                con.register("incoming_fields", pd.DataFrame(rows, columns=FIELD_COLUMNS, dtype=object))
+                con.execute(f"INSERT INTO document_fields SELECT {', '.join(FIELD_COLUMNS)} FROM incoming_fields")
+            if errors is not None:
+                con.execute("DELETE FROM field_errors WHERE list_contains(?, sha)"
+                            + (" AND list_contains(?, origin)" if origins is not None else ""),
+                            [shas] + ([origins] if origins is not None else []))
+                if errors:
+                    frame = pd.DataFrame(errors, columns=["sha", "origin", "error"], dtype=object)
+                    con.register("incoming_errors", frame)
+                    con.execute("INSERT INTO field_errors SELECT sha, origin, error FROM incoming_errors")
+            con.execute("COMMIT")
 
     def catalogued_shas(self, shard: str) -> set[str]:
         """Documents of the shard whose chunk rows are stored, however they were chunked."""

@@ -13,7 +13,7 @@ import codecs
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -23,6 +23,7 @@ from tqdm import tqdm
 from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
+from rag_pipeline.ingest.fields import DocumentFields, file_fields, front_matter_fields, split_front_matter
 from rag_pipeline.ingest.pdf_layout import pages_to_markdown
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import Settings
@@ -44,7 +45,8 @@ class ConvertedDocument:
     """A converted document.
 
     line_pages holds the 1-based page of every line of markdown.split("\\n") (None for
-    unpaginated types); page_count is set for PDFs and PPTX (slides).
+    unpaginated types); page_count is set for PDFs and PPTX (slides). `fields` are the properties the document
+    states (a Markdown file's front matter, which is not part of `markdown`; a file's document properties).
     """
 
     markdown: str
@@ -52,6 +54,7 @@ class ConvertedDocument:
     page_count: int | None
     title: str | None
     converter: str  # "text", "docling", "docling-native-pdf", "docling-layout-model" or "pypdfium2-fallback"
+    fields: DocumentFields = field(default_factory=DocumentFields)
 
 
 class ConversionError(InputError):
@@ -79,10 +82,12 @@ class DocumentConverter:
         if doc_type in ("md", "txt"):
             return _convert_text(path, doc_type)
         if doc_type == "pdf":
-            return self._convert_pdf(path)
-        if doc_type in ("docx", "html", "pptx"):
-            return self._convert_with_docling(path, doc_type)
-        raise ConversionError(f"unsupported document type {doc_type!r}")
+            converted = self._convert_pdf(path)
+        elif doc_type in ("docx", "html", "pptx"):
+            converted = self._convert_with_docling(path, doc_type)
+        else:
+            raise ConversionError(f"unsupported document type {doc_type!r}")
+        return replace(converted, fields=file_fields(path, doc_type))
 
     def _convert_with_docling(self, path: Path, doc_type: str) -> ConvertedDocument:
         try:
@@ -197,9 +202,16 @@ def _pypdfium2_fallback(path: Path, docling_reason: str) -> ConvertedDocument:
 
 
 def _convert_text(path: Path, doc_type: str) -> ConvertedDocument:
+    """A text or Markdown file as it is; a Markdown file's front matter becomes its fields, not its text."""
     text = _decode_text(path.read_bytes())
+    fields = DocumentFields()
+    if doc_type == "md":
+        block, text = split_front_matter(text)
+        if block is not None:
+            fields = front_matter_fields(block)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return _finish(lines, None, None, "text", strip_comments=False, find_title=doc_type == "md")
+    converted = _finish(lines, None, None, "text", strip_comments=False, find_title=doc_type == "md")
+    return replace(converted, fields=fields)
 
 
 def _decode_text(data: bytes) -> str:
@@ -298,7 +310,7 @@ def sync_markdown(
         elapsed_ms = (time.perf_counter() - begin) * 1000
         markdown.write_json(shard, sha, "json", {
             "line_pages": converted.line_pages, "page_count": converted.page_count,
-            "title": converted.title, "converter": converted.converter,
+            "title": converted.title, "converter": converted.converter, "fields": converted.fields.to_json(),
         })
         markdown.write_text(shard, sha, "md", converted.markdown)
         report.added.append(sha)

@@ -40,11 +40,12 @@ Calibration decisions:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -53,9 +54,18 @@ from detect_secrets.plugins.base import RegexBasedDetector
 
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
+from rag_pipeline.ingest.fields import DocumentFields, FieldValue
 from rag_pipeline.ingest.secret_check import find_leaks
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
+from rag_pipeline.structured.registry import (
+    EXTRACT_ERRORS,
+    EXTRACTED_ORIGINS,
+    FieldSpec,
+    declared_fields,
+    declared_values,
+    field_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -402,6 +412,26 @@ def find_secrets(text: str) -> list[tuple[str, str]]:
     return [(rule.kind, text[start:end]) for start, end, rule in _spans(text) if not rule.pii]
 
 
+def stated_fields(extracted: dict | None, titles: dict[str, str], specs: Mapping[str, FieldSpec],
+                  settings: Settings) -> DocumentFields:
+    """A document's stated fields, redacted like its text (field names are not), with the declared types applied;
+    `title` falls back to the (redacted) first heading."""
+    fields = DocumentFields.from_json(extracted)
+
+    def clean(text: str) -> str:
+        return redact(text, pii_policy=settings.pii_policy, role_email_prefixes=settings.role_email_prefixes).text
+
+    for name, value in list(fields.values.items()):
+        if value.kind == "list":
+            fields.values[name] = FieldValue("list", [clean(item) for item in value.value], value.origin)
+        elif value.kind == "string":
+            fields.values[name] = FieldValue("string", clean(value.value), value.origin)
+    heading = titles.get("first_heading") or titles.get("title")
+    if "title" not in fields.values and heading:
+        fields.values["title"] = FieldValue("string", heading, "heading")
+    return declared_values(fields, specs)
+
+
 def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
     """Redact secrets and PII from every new Markdown document; counts per kind go to <sha>.json.
 
@@ -418,7 +448,10 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
 
     todo = reconcile(report, converted, lambda shard: redacted.shas(shard, "md"), redacted)  # .md is written last
     known = sidecar.documents_by_sha([sha for _, sha in todo])
+    specs = declared_fields(settings)
     rows = []
+    field_rows_by_sha: dict[str, list[dict]] = {}
+    field_errors: list[dict] = []
     for shard, sha in todo:
         path = describe(known.get(sha), sha)
         if not markdown.exists(shard, sha, "md"):
@@ -433,19 +466,25 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
         titles = {key: redact(row[key], pii_policy=settings.pii_policy,
                               role_email_prefixes=settings.role_email_prefixes).text
                   for key in ("title", "first_heading") if row.get(key)}
-        leaks = find_leaks(result.text)
+        fields = stated_fields(markdown.read_json(shard, sha, "json").get("fields"), titles, specs, settings)
+        field_text = "\n".join(json.dumps(value.value) for value in fields.values.values())
+        leaks = find_leaks(result.text) + find_leaks(field_text)
         if leaks:
             report.check_failures.append(
                 f"{path}: {len(leaks)} secret(s) survived redaction "
                 f"({', '.join(sorted({f'{leak.kind} on line {leak.line}' for leak in leaks}))})")
             rows.append({"sha": sha, **titles})
             continue
-        redacted.write_json(shard, sha, "json", {"counts": result.counts})
+        redacted.write_json(shard, sha, "json", {"counts": result.counts, "fields": fields.to_json()})
         redacted.write_text(shard, sha, "md", result.text)
         report.added.append(sha)
+        field_rows_by_sha[sha] = field_rows(sha, fields.values)
+        field_errors += [{"sha": sha, "origin": EXTRACT_ERRORS, "error": error} for error in fields.errors]
         rows.append({"sha": sha, "stage": "redacted", "redactions": sum(result.counts.values()),
                      "redact_ms": elapsed_ms, **titles})
     sidecar.upsert(rows)
+    sidecar.replace_fields([row for rows_of in field_rows_by_sha.values() for row in rows_of], list(field_rows_by_sha),
+                           origins=EXTRACTED_ORIGINS, errors=field_errors)
     if not settings.keep_unredacted:
         drop_unredacted(raw, markdown, redacted, report.shards)
     report.seconds = time.perf_counter() - started
@@ -461,6 +500,6 @@ def drop_unredacted(raw: ArtifactStore, markdown: ArtifactStore, redacted: Artif
         for sha in sorted(done - raw.shas(shard, DROPPED)):
             raw.drop(shard, sha)
         for sha in sorted(redacted.shas(shard) - markdown.shas(shard, DROPPED)):
-            page_map = {**markdown.read_json(shard, sha, "json"), "title": None}
+            page_map = {**markdown.read_json(shard, sha, "json"), "title": None, "fields": None}
             markdown.write_json(shard, sha, "json", page_map)
             markdown.drop(shard, sha, keep=("json",))

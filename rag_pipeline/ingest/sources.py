@@ -6,7 +6,8 @@
         rules: {include: ["**/*.md"], tags: {"legal/**": legal}}   # the corpus rules keys (ingest/rules.py)
       inbox:
         uploads: true                        # an upload area: <data dir>/uploads/inbox
-    roster: [...]                            # other top-level keys belong to later features and are ignored here
+    roster: [...]                            # canonical master data joined onto documents (structured/roster.py)
+    fields: {...}                            # field declarations: types, filterable, enrichment (structured/registry.py)
 
 Every document records the sources that hold it. Syncing a source replaces that source's files only: a document
 leaves the index when no source holds it any more. Without a file, RAG_ROOTS (or the roots given to
@@ -29,7 +30,7 @@ from rag_pipeline.settings import Settings
 DEFAULT_SOURCE = "default"
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SOURCE_KEYS = ("roots", "rules", "uploads")
-TOP_LEVEL_KEYS = ("sources", "roster")
+TOP_LEVEL_KEYS = ("sources", "roster", "fields")
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,20 @@ def upload_root(settings: Settings, name: str) -> Path:
     return (settings.data_dir / "uploads" / check_source_name(name)).resolve()
 
 
-def load_sources_file(path: Path, settings: Settings) -> dict[str, SourceSpec]:
-    """The sources of the file; ConfigError naming the file and every problem."""
+def read_sources_file(path: Path) -> dict:
+    """The parsed YAML of the sources file (empty when the file is empty); ConfigError when it cannot be read."""
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: cannot read the sources file (RAG_SOURCES_FILE): {error}") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the sources file must be a mapping with a `sources:` key")
+    return raw
+
+
+def load_sources_file(path: Path, settings: Settings) -> dict[str, SourceSpec]:
+    """The sources of the file; ConfigError naming the file and every problem."""
+    raw = read_sources_file(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("sources"), dict) or not raw["sources"]:
         raise ConfigError(f"{path}: the sources file needs a `sources:` mapping of NAME: {{roots: [...], rules: "
                           "{...}} or NAME: {uploads: true}")
