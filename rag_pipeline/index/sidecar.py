@@ -290,6 +290,30 @@ class Sidecar:
                     con.execute(f"DELETE FROM {table} WHERE list_contains(?, sha)", [shas])
                 con.execute("COMMIT")
 
+    def replace_roster(self, name: str, roster: dict[str, Any] | None, values: list[dict[str, Any]]) -> None:
+        """Replace one roster (its rosters row and roster_values) in one transaction; None removes it."""
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            con.execute("DELETE FROM roster_values WHERE roster = ?", [name])
+            con.execute("DELETE FROM rosters WHERE name = ?", [name])
+            if roster is not None:
+                con.execute("INSERT INTO rosters VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [roster["name"], roster["path"], roster["key"], roster["document_key"],
+                             roster["authoritative"], roster["sha"], roster["rows"], roster["problems"], now()])
+            if values:
+                con.register("incoming", pd.DataFrame(values, columns=ROSTER_VALUE_COLUMNS, dtype=object))
+                con.execute(f"INSERT INTO roster_values SELECT {', '.join(ROSTER_VALUE_COLUMNS)} FROM incoming")
+            con.execute("COMMIT")
+
+    def replace_reconciliation(self, rows: list[dict[str, Any]]) -> None:
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            con.execute("DELETE FROM reconciliation")
+            if rows:
+                con.register("incoming", pd.DataFrame(rows, columns=RECONCILIATION_COLUMNS, dtype=object))
+                con.execute(f"INSERT INTO reconciliation SELECT {', '.join(RECONCILIATION_COLUMNS)} FROM incoming")
+            con.execute("COMMIT")
+
     def replace_fields(self, rows: list[dict[str, Any]], shas: list[str], origins: list[str] | None = None,
                        names: list[str] | None = None, errors: list[dict[str, Any]] | None = None) -> None:
         """Replace the field rows (FIELD_COLUMNS dicts) of these documents in one transaction: all of them, or only
