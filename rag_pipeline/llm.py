@@ -77,8 +77,10 @@ class OllamaLLM:
             return LLMResponseError(f"{where} sent a malformed response: {error}")
         return LLMUnavailable(f"{where} unreachable: {error}; check RAG_OLLAMA_URL")
 
-    def stream_chat(self, messages: list[dict[str, str]]) -> Iterator[str]:
-        """The reply's content pieces as they arrive.
+    def stream_chat(self, messages: list[dict[str, str]], response_format: dict[str, Any] | None = None
+                    ) -> Iterator[str]:
+        """The reply's content pieces as they arrive; with `response_format` (a JSON schema), the server constrains
+        the reply to JSON of that schema (Ollama's structured outputs). The caller still validates it.
 
         Connection failures and HTTP 5xx are retried with exponential backoff, but only before the first piece
         has been yielded, so no piece is ever repeated. Every failure raises LLMUnavailable or LLMResponseError.
@@ -86,7 +88,8 @@ class OllamaLLM:
         for attempt in range(self.retries + 1):
             started = False
             try:
-                for part in self._client.chat(model=self.model, messages=messages, stream=True, options=self.options):
+                for part in self._client.chat(model=self.model, messages=messages, stream=True, options=self.options,
+                                              format=response_format):
                     if part.message.content:
                         started = True
                         yield part.message.content
@@ -101,9 +104,9 @@ class OllamaLLM:
                 raise self._error(error) from error
             time.sleep(self.backoff * 2**attempt)
 
-    def chat(self, messages: list[dict[str, str]]) -> str:
+    def chat(self, messages: list[dict[str, str]], response_format: dict[str, Any] | None = None) -> str:
         """The whole reply to messages."""
-        return "".join(self.stream_chat(messages))
+        return "".join(self.stream_chat(messages, response_format))
 
     def complete(self, prompt: str, system: str | None = None) -> str:
         """The reply to one user prompt, after an optional system message."""

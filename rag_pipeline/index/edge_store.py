@@ -88,8 +88,8 @@ class EdgeStore(VectorStore):
             condition = qe.FieldCondition("sha", match=qe.MatchAny(list(shas)))
             self._shard.update(qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=[condition])))
 
-    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str]) -> None:
-        payload = label_payload(paths, tags, sources)
+    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str], fields: list[str]) -> None:
+        payload = label_payload(paths, tags, sources, fields)
         self._shard.update(qe.UpdateOperation.set_payload_by_filter(_filter({"sha": sha}), payload))
 
     def shard_state(self, shard: str) -> dict[str, IndexedDocument]:

@@ -115,8 +115,8 @@ class ServerStore(VectorStore):
             selector = models.FilterSelector(filter=models.Filter(must=[condition]))
             self.client.delete(self.collection, selector, wait=True)
 
-    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str]) -> None:
-        payload = label_payload(paths, tags, sources)
+    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str], fields: list[str]) -> None:
+        payload = label_payload(paths, tags, sources, fields)
         self.client.set_payload(self.collection, payload, points=_filter({"sha": sha}), wait=True)
 
     def shard_state(self, shard: str) -> dict[str, IndexedDocument]:

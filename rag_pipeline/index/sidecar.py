@@ -290,6 +290,42 @@ class Sidecar:
                     con.execute(f"DELETE FROM {table} WHERE list_contains(?, sha)", [shas])
                 con.execute("COMMIT")
 
+    def field_labels(self, shas: list[str], names: list[str]) -> dict[str, list[str]]:
+        """sha -> the sorted "name=value" labels of these fields (their effective values: rosters applied)."""
+        if not shas or not names:
+            return {}
+        with self.connect() as con:
+            rows = con.execute(
+                "SELECT sha, list(DISTINCT name || '=' || text_value ORDER BY name || '=' || text_value) "
+                "FROM effective_fields WHERE list_contains(?, sha) AND list_contains(?, name) GROUP BY sha",
+                [shas, names]).fetchall()
+        return {sha: list(labels) for sha, labels in rows}
+
+    def record_enrichments(self, rows: list[dict[str, Any]]) -> None:
+        """Cache enrichment results (sha, field, model, schema_hash, method, value JSON, error)."""
+        if rows:
+            columns = ["sha", "field", "model", "schema_hash", "method", "value", "error"]
+            with self.connect() as con:
+                con.register("incoming", pd.DataFrame(rows, columns=columns, dtype=object))
+                con.execute(f"INSERT OR REPLACE INTO enrichments SELECT {', '.join(columns)}, now() FROM incoming")
+
+    def replace_field_values(self, name: str, rows: list[dict[str, Any]]) -> bool:
+        """Make `rows` (FIELD_COLUMNS dicts) the only values of field `name`; True when that changed anything."""
+        with self.connect() as con:
+            stored = sorted(con.execute("SELECT sha, position, kind, text_value, origin FROM document_fields "
+                                        "WHERE name = ?", [name]).fetchall())
+            incoming = sorted((row["sha"], row["position"], row["kind"], row["text_value"], row["origin"])
+                              for row in rows)
+            if stored == incoming:
+                return False
+            con.execute("BEGIN TRANSACTION")
+            con.execute("DELETE FROM document_fields WHERE name = ?", [name])
+            if rows:
+                con.register("incoming", pd.DataFrame(rows, columns=FIELD_COLUMNS, dtype=object))
+                con.execute(f"INSERT INTO document_fields SELECT {', '.join(FIELD_COLUMNS)} FROM incoming")
+            con.execute("COMMIT")
+        return True
+
     def replace_roster(self, name: str, roster: dict[str, Any] | None, values: list[dict[str, Any]]) -> None:
         """Replace one roster (its rosters row and roster_values) in one transaction; None removes it."""
         with self.connect() as con:

@@ -20,7 +20,8 @@ from rag_pipeline.errors import ConfigError, InputError, StoreUnavailable
 
 DENSE = "dense"
 SPARSE = "bm25"
-KEYWORD_FIELDS = ("path", "sha", "shard", "doc_type", "heading_path", "tags", "sources")  # keyword payload indexes
+FIELDS_FIELD = "fields"  # the filterable document fields of a chunk, as "name=value" labels
+KEYWORD_FIELDS = ("path", "sha", "shard", "doc_type", "heading_path", "tags", "sources", FIELDS_FIELD)  # indexed
 PREFIX_FIELD = "paths"  # keyword index with prefix matching: serves exact `paths` and `path_prefix` filters
 # Filter keys: exact match (a value, or any of a list of values) on a payload field (on the list fields `paths`
 # and `tags`: any element; `source` matches any element of `sources`), and `path_prefix`, which matches a point
@@ -58,34 +59,37 @@ class Hit:
 
 
 class IndexedDocument(NamedTuple):
-    """What the index holds of one document: its point count, and the paths, tags and sources on its points (all
-    empty when its points disagree, e.g. after a relabel that failed part way, so they match no document's
-    labels)."""
+    """What the index holds of one document: its point count, and the paths, tags, sources and field labels on its
+    points (all empty when its points disagree, e.g. after a relabel that failed part way, so they match no
+    document's labels)."""
 
     points: int
     paths: list[str]
     tags: list[str]
     sources: list[str] = []
+    fields: list[str] = []
 
 
-LABEL_FIELDS = ["sha", "paths", "tags", SOURCES_FIELD]  # the payload a shard state reads
+LABEL_FIELDS = ["sha", "paths", "tags", SOURCES_FIELD, FIELDS_FIELD]  # the payload a shard state reads
 
 
 def count_point(state: dict[str, IndexedDocument], payload: Mapping[str, Any]) -> None:
-    """Add one point (its `sha`, `paths`, `tags` and `sources` payload) to a shard state."""
-    labels = (payload["paths"], payload.get("tags") or [], payload.get(SOURCES_FIELD) or [])
+    """Add one point (its `sha`, `paths`, `tags`, `sources` and `fields` payload) to a shard state."""
+    labels = (payload["paths"], payload.get("tags") or [], payload.get(SOURCES_FIELD) or [],
+              payload.get(FIELDS_FIELD) or [])
     held = state.get(payload["sha"])
     if held is None:
         state[payload["sha"]] = IndexedDocument(1, *labels)
-    elif (held.paths, held.tags, held.sources) == labels:
+    elif (held.paths, held.tags, held.sources, held.fields) == labels:
         state[payload["sha"]] = IndexedDocument(held.points + 1, *labels)
     else:
-        state[payload["sha"]] = IndexedDocument(held.points + 1, [], [], [])
+        state[payload["sha"]] = IndexedDocument(held.points + 1, [], [], [], [])
 
 
-def label_payload(paths: list[str], tags: list[str], sources: list[str]) -> dict[str, Any]:
-    """The payload that follows the sources, their trees and rules rather than a document's bytes."""
-    return {"paths": paths, "path": paths[0], "tags": tags, SOURCES_FIELD: sources}
+def label_payload(paths: list[str], tags: list[str], sources: list[str], fields: list[str]) -> dict[str, Any]:
+    """The payload that follows the sources, their trees and rules, and the document's filterable fields (a
+    roster or an enrichment can change them), rather than a document's bytes."""
+    return {"paths": paths, "path": paths[0], "tags": tags, SOURCES_FIELD: sources, FIELDS_FIELD: fields}
 
 
 def text_digest(text: str) -> str:
@@ -256,7 +260,7 @@ class VectorStore(ABC):
         """Delete every point of these documents."""
 
     @abstractmethod
-    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str]) -> None:
+    def relabel(self, sha: str, paths: list[str], tags: list[str], sources: list[str], fields: list[str]) -> None:
         """Set payload `paths`, `path` (the first one), `tags` and `sources` on every point of a document."""
 
     @abstractmethod

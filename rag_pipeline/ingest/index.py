@@ -25,20 +25,30 @@ from rag_pipeline.ingest.chunk import Chunk, read_chunks
 from rag_pipeline.ingest.embed import contextual_text, document_name, read_vectors
 from rag_pipeline.ingest.stage import StageFigures, StageReport, describe, stored_sources, stored_tags, stores
 from rag_pipeline.settings import Settings
+from rag_pipeline.structured.registry import filterable_fields
 
 UPSERT_BATCH = 1024
+FIELD_LABELS = "field_labels"  # the key labelled_rows adds to a sidecar row
 MAX_REPORTED = 50  # check violations listed per run
 
 
-def row_labels(row: dict) -> tuple[list[str], list[str], list[str]]:
-    """A sidecar row's (paths, tags, sources) as the points carry them."""
-    return list(row["paths"]), stored_tags(row), stored_sources(row)
+def row_labels(row: dict) -> tuple[list[str], list[str], list[str], list[str]]:
+    """A sidecar row's (paths, tags, sources, field labels) as the points carry them (rows from `labelled_rows`)."""
+    return list(row["paths"]), stored_tags(row), stored_sources(row), list(row.get(FIELD_LABELS) or [])
+
+
+def labelled_rows(settings: Settings, sidecar: Sidecar, shas: list[str]) -> dict[str, dict]:
+    """The sidecar rows of these documents, each with the "name=value" labels of its filterable fields."""
+    rows = sidecar.documents_by_sha(shas)
+    labels = sidecar.field_labels(list(rows), filterable_fields(settings))
+    return {sha: {**row, FIELD_LABELS: labels.get(sha, [])} for sha, row in rows.items()}
 
 
 def points_label_changes(held: IndexedDocument, row: dict) -> tuple[bool, bool]:
-    """(paths or sources differ, tags differ) between a document's points and its sidecar row."""
-    paths, tags, sources = row_labels(row)
-    return sorted(held.paths) != sorted(paths) or sorted(held.sources) != sources, sorted(held.tags) != tags
+    """(paths or sources differ, tags or field labels differ) between a document's points and its sidecar row."""
+    paths, tags, sources, fields = row_labels(row)
+    moved = sorted(held.paths) != sorted(paths) or sorted(held.sources) != sources
+    return moved, sorted(held.tags) != tags or sorted(held.fields) != fields
 
 
 def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: list[Chunk],
@@ -98,14 +108,14 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
             store.delete_shas(vanished)
             deleted += sum(state[sha].points for sha in vanished)
             report.purged += vanished
-        rows = sidecar.documents_by_sha(sorted(wanted))
+        rows = labelled_rows(settings, sidecar, sorted(wanted))
         expected = expected_by_shard[shard] = expected_chunks(settings, shard, rows)
         for sha in sorted(wanted):
             row = rows.get(sha)
             if row is None:  # purged from the sidecar by a later raw run; its vectors go next time
                 continue
             have = held.get(sha, {})
-            moved, retagged = points_label_changes(state.get(sha, IndexedDocument(0, [], [], [])), row)
+            moved, retagged = points_label_changes(state.get(sha, IndexedDocument(0, [], [], [], [])), row)
             if have != expected.get(sha, {}):
                 if have:  # partly written or chunked differently: rewrite the document's points
                     store.delete_shas([sha])

@@ -151,6 +151,11 @@ def declared_fields(settings: Settings) -> dict[str, FieldSpec]:
     return _declared(Path(path), mtime)
 
 
+def filterable_fields(settings: Settings) -> list[str]:
+    """The declared fields copied to the chunk payload (search's --filter FIELD=VALUE)."""
+    return sorted(name for name, spec in declared_fields(settings).items() if spec.filterable)
+
+
 def stored_name(name: str) -> str:
     """The name a stated field is stored under: a built-in name gets the prefix doc_."""
     return RESERVED_PREFIX + name if name in BUILTIN_FIELDS else name
