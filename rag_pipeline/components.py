@@ -25,6 +25,7 @@ from rag_pipeline.retrieve.rerank import Reranker
 from rag_pipeline.retrieve.retriever import RetrievalSettings, Retriever
 from rag_pipeline.retrieve.semantic_cache import SemanticCache, cache_collection
 from rag_pipeline.settings import Settings
+from rag_pipeline.structured.registry import declared_fields
 
 HYDE_TEMPERATURE = 0.7  # hypothetical documents should differ from each other (the HyDE paper's setting)
 HYDE_MAX_TOKENS = 256  # a passage, not an essay
@@ -153,6 +154,8 @@ def retrieval_settings(settings: Settings) -> RetrievalSettings:
         fragments=settings.query_fragments, dedupe=settings.dedupe, dedupe_cosine=settings.dedupe_cosine,
         mmr_lambda=settings.mmr_lambda, score_threshold=settings.score_threshold,
         coverage_margin=settings.coverage_margin, candidate_multiplier=settings.candidate_multiplier,
+        filterable={name: spec.kind or "string" for name, spec in declared_fields(settings).items()
+                    if spec.filterable},
     )
 
 

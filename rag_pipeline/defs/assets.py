@@ -1,6 +1,6 @@
 """Ingest assets, partitioned by content-SHA shard: raw_documents -> markdown_documents -> redacted_documents
--> chunks -> embeddings -> vector_index -> metadata_sidecar, then the unpartitioned index_generation (the switch
-to a newly built generation) and corpus_summary.
+-> chunks -> embeddings -> vector_index -> metadata_sidecar, then (unpartitioned) document_enrichment and roster
+(defs/fields.py), index_generation (the switch to a newly built generation) and corpus_summary.
 
 Each materialisation covers one shard or a range of shards in a single run and processes only what changed.
 """
@@ -254,7 +254,7 @@ def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.
 
 
 @dg.asset(
-    deps=[metadata_sidecar],
+    deps=[metadata_sidecar, dg.AssetKey("roster")],  # the roster asset (defs/fields.py) relabels points first
     group_name="index",
     kinds={"qdrant"},
     owners=OWNERS,

@@ -14,6 +14,7 @@ ingest_job = dg.define_asset_job(
 
 corpus_summary_job = dg.define_asset_job(
     "corpus_summary_job",
-    selection=dg.AssetSelection.assets("index_generation", "corpus_summary"),
-    description="Switch to the new index generation once it is complete, then refresh the corpus-wide summary.",
+    selection=dg.AssetSelection.assets("document_enrichment", "roster", "index_generation", "corpus_summary"),
+    description="Enrich fields, load the rosters and reconcile them, switch to the new index generation once it is "
+                "complete, then refresh the corpus-wide summary.",
 )

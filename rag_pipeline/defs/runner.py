@@ -20,6 +20,7 @@ import dagster as dg
 
 from rag_pipeline import components
 from rag_pipeline.defs.assets import GENERATION, INGEST_ASSETS, TOTALS, corpus_summary, index_generation
+from rag_pipeline.defs.fields import document_enrichment, roster
 from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed
@@ -27,6 +28,7 @@ from rag_pipeline.ingest.membership import forget_source
 from rag_pipeline.ingest.plan import pending_shards
 from rag_pipeline.ingest.stage import StageTotals
 from rag_pipeline.ingest.summary import IngestSummary
+from rag_pipeline.structured.freshness import stale_fields
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
@@ -116,9 +118,9 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
             if not result.success:
                 raise IngestFailed(run_failure(result))
             summary.add_run(result.run_id, stage_totals(result))
-        if shards or components.generations(settings).active_id() != target.id:
-            result = dg.materialize([index_generation, corpus_summary, *INGEST_ASSETS],
-                                    selection=[index_generation, corpus_summary], resources={"rag": rag},
+        if shards or components.generations(settings).active_id() != target.id or stale_fields(settings, sidecar):
+            after = [document_enrichment, roster, index_generation, corpus_summary]
+            result = dg.materialize([*after, *INGEST_ASSETS], selection=after, resources={"rag": rag},
                                     instance=instance, run_config=QUIET_LOGS)
             event = result.asset_materializations_for_node("index_generation")[0]
             summary.generation = event.metadata[GENERATION].value

@@ -13,6 +13,7 @@ from rag_pipeline.errors import StoreLocked
 from rag_pipeline.ingest.discover import Manifest
 from rag_pipeline.ingest.plan import pending_shards
 from rag_pipeline.settings import Settings
+from rag_pipeline.structured.freshness import stale_fields
 
 
 def shard_digests(settings: Settings, manifest: Manifest) -> dict[str, str]:
@@ -60,6 +61,17 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
     run_key = hashlib.sha256(transition.encode()).hexdigest()[:16]
     requests = [dg.RunRequest(run_key=f"{run_key}-{run[0]}", tags=shard_run_tags(run)) for run in shard_runs(affected)]
     return dg.SensorResult(run_requests=requests, cursor=cursor)
+
+
+@dg.sensor(job=corpus_summary_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+def field_sources_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -> dg.RunRequest | dg.SkipReason:
+    """Re-reads a roster whose file changed, enriches documents a new or changed field declaration covers, and
+    refreshes points whose filterable fields changed, without an ingest run."""
+    reasons = stale_fields(rag.settings, rag.sidecar())
+    if not reasons:
+        return dg.SkipReason("rosters, enrichments and field labels are current")
+    key = hashlib.sha256(json.dumps([reasons, context.last_tick_completion_time]).encode()).hexdigest()[:16]
+    return dg.RunRequest(run_key=key, tags={"reason": "; ".join(reasons)[:200]})
 
 
 INGEST_KEYS = {asset.key for asset in INGEST_ASSETS}

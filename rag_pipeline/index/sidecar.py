@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS roster_values (roster VARCHAR NOT NULL, key VARCHAR N
     authoritative BOOLEAN);
 CREATE TABLE IF NOT EXISTS reconciliation (roster VARCHAR, key VARCHAR, sha VARCHAR, path VARCHAR, field VARCHAR,
     status VARCHAR, document_value VARCHAR, roster_value VARCHAR);
+CREATE TABLE IF NOT EXISTS state (key VARCHAR PRIMARY KEY, value VARCHAR);
 CREATE TABLE IF NOT EXISTS enrichments (sha VARCHAR NOT NULL, field VARCHAR NOT NULL, model VARCHAR NOT NULL,
     schema_hash VARCHAR NOT NULL, method VARCHAR, value JSON, error VARCHAR, created_at TIMESTAMP,
     PRIMARY KEY (sha, field, model, schema_hash));
@@ -118,7 +119,7 @@ CREATE OR REPLACE VIEW effective_fields AS
 """
 TABLES = ("documents", "sources", "source_files", "refusals", "uploads", "run_documents", "chunks", "redactions",
           "runs", "eval_runs", "document_fields", "field_errors", "rosters", "roster_values", "reconciliation",
-          "enrichments", "builtin_fields", "own_fields", "roster_matches", "effective_fields")
+          "enrichments", "state", "builtin_fields", "own_fields", "roster_matches", "effective_fields")
 FIELD_COLUMNS = ["sha", "name", "position", "kind", "text_value", "number_value", "date_value", "origin"]
 ROSTER_VALUE_COLUMNS = ["roster", "key", "name", "position", "kind", "text_value", "number_value", "date_value",
                         "authoritative"]
@@ -300,6 +301,15 @@ class Sidecar:
                 "FROM effective_fields WHERE list_contains(?, sha) AND list_contains(?, name) GROUP BY sha",
                 [shas, names]).fetchall()
         return {sha: list(labels) for sha, labels in rows}
+
+    def get_state(self, key: str) -> str | None:
+        with self.connect() as con:
+            row = con.execute("SELECT value FROM state WHERE key = ?", [key]).fetchone()
+        return row[0] if row else None
+
+    def set_state(self, key: str, value: str) -> None:
+        with self.connect() as con:
+            con.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
 
     def record_enrichments(self, rows: list[dict[str, Any]]) -> None:
         """Cache enrichment results (sha, field, model, schema_hash, method, value JSON, error)."""

@@ -7,6 +7,8 @@ the artifacts, so stale text cannot pass it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -161,6 +163,34 @@ def relabel_to_match(store: VectorStore, shard: str, rows: dict[str, dict]) -> i
         if row is not None and any(points_label_changes(held, row)):
             store.relabel(sha, *row_labels(row))
             relabelled += 1
+    return relabelled
+
+
+def field_labels_digest(settings: Settings, sidecar: Sidecar) -> str:
+    """A digest of every document's filterable field labels (what the points should carry)."""
+    names = filterable_fields(settings)
+    labels = sidecar.field_labels([row["sha"] for row in sidecar.query("SELECT sha FROM documents")], names)
+    return hashlib.sha256(json.dumps([names, sorted(labels.items())]).encode()).hexdigest()
+
+
+def sync_field_labels(settings: Settings, sidecar: Sidecar, live: Sequence[VectorStore]) -> int:
+    """Relabel the points whose filterable field labels differ from their documents' effective fields (a roster or
+    an enrichment changed them, or a field became filterable), when the labels changed since the last sync; how
+    many documents' points it relabelled."""
+    digest = field_labels_digest(settings, sidecar)
+    if sidecar.get_state(FIELD_LABELS) == digest:
+        return 0
+    by_shard: dict[str, list[str]] = {}
+    for row in sidecar.query("SELECT sha, shard FROM documents"):
+        by_shard.setdefault(row["shard"], []).append(row["sha"])
+    relabelled = 0
+    for store in live:
+        changed = sum(relabel_to_match(store, shard, labelled_rows(settings, sidecar, shas))
+                      for shard, shas in sorted(by_shard.items()))
+        if changed:
+            store.mark_changed()
+        relabelled += changed
+    sidecar.set_state(FIELD_LABELS, digest)
     return relabelled
 
 

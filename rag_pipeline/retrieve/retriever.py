@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -31,6 +31,7 @@ from rag_pipeline.index.vector_store import (
     parse_filters,
     store_unreachable,
 )
+from rag_pipeline.ingest.fields import FieldKind
 from rag_pipeline.retrieve import fusion as fusion_functions
 from rag_pipeline.retrieve.fragments import split_fragments
 from rag_pipeline.retrieve.hyde import Hyde
@@ -43,6 +44,7 @@ from rag_pipeline.retrieve.postprocess import (
 )
 from rag_pipeline.retrieve.rerank import Reranker, rerank
 from rag_pipeline.retrieve.semantic_cache import SemanticCache
+from rag_pipeline.structured.registry import field_conditions
 
 Mode = Literal["hybrid", "dense", "sparse", "blend"]
 MODES = ("hybrid", "dense", "sparse", "blend")
@@ -70,6 +72,7 @@ class RetrievalSettings:
     score_threshold: float | None = None  # on the mode's score scale (RRF scores are ~1/k); None: off
     coverage_margin: float | None = None  # relative score band for "prefer several files"; None: off
     candidate_multiplier: int = 2  # with dedupe/MMR/coverage on, post-process top_k × this many hits
+    filterable: Mapping[str, FieldKind] = field(default_factory=dict)  # declared filterable fields: --filter F=V
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -180,7 +183,8 @@ class Retriever:
         if not 1 <= top_k <= MAX_TOP_K:
             raise InputError(f"top_k must be between 1 and {MAX_TOP_K}, got {top_k}")
         # Fail before any work on an unknown filter field; the store gets the request's and the scope's conditions.
-        conditions = parse_filters(filters) + (scope.conditions() if scope else [])
+        filters, by_field = field_conditions(filters, settings.filterable)
+        conditions = parse_filters(filters) + by_field + (scope.conditions() if scope else [])
         query = " ".join(query.split())
         fragments = split_fragments(query) if settings.fragments else [query]
         timings = {stage: 0.0 for stage in ("embed", "cache", "hyde", "search", "rerank", "postprocess")}

@@ -134,6 +134,28 @@ def validate_reply(reply: str, spec: FieldSpec) -> FieldValue:
     return value
 
 
+def model_for(settings: Settings, method: str, llm: OllamaLLM | None) -> str:
+    """The model id a method's results are cached under."""
+    if method == "llm" and llm is not None:
+        return llm.model_id
+    return settings.embedding_model_id if method == "classify" else "extractive"
+
+
+def stale_enrichments(settings: Settings, sidecar: Sidecar, llm: OllamaLLM | None) -> list[str]:
+    """Enriched fields with ingested documents that have no cached result for the current model and schema, or
+    whose stored values are not those results (a field whose declaration changed)."""
+    stale = []
+    for spec in enriched_fields(settings):
+        method = method_for(spec, llm)
+        missing = sidecar.query(
+            "SELECT count(*) AS n FROM documents d WHERE status = 'ok' AND NOT EXISTS (SELECT 1 FROM enrichments e "
+            "WHERE e.sha = d.sha AND e.field = ? AND e.model = ? AND e.schema_hash = ?)",
+            [spec.name, model_for(settings, method, llm), schema_hash(spec, method)])[0]["n"]
+        if missing:
+            stale.append(spec.name)
+    return stale
+
+
 class Enricher:
     """Fills the enriched fields of every ingested document, through the cache."""
 
@@ -151,8 +173,7 @@ class Enricher:
             "SELECT sha, shard FROM documents WHERE status = 'ok' ORDER BY sha")}
         for spec in enriched_fields(self.settings):
             method = method_for(spec, self.llm)
-            model = self.llm.model_id if method == "llm" and self.llm else \
-                self.settings.embedding_model_id if method == "classify" else "extractive"
+            model = model_for(self.settings, method, self.llm)
             digest = schema_hash(spec, method)
             outcome = report.fields[spec.name] = FieldEnrichment(method, model)
             cached = {row["sha"]: row for row in self.sidecar.query(

@@ -184,8 +184,22 @@ def read_roster(spec: RosterSpec, declared: Mapping[str, FieldSpec]) -> tuple[li
     return rows, problems, len(table)
 
 
-def file_sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def roster_digest(spec: RosterSpec, declared: Mapping[str, FieldSpec]) -> str:
+    """What a loaded roster depends on: the file's bytes, its entry and the declared field types."""
+    content = hashlib.sha256(spec.path.read_bytes()).hexdigest()
+    kinds = sorted((name, item.kind) for name, item in declared.items())
+    return hashlib.sha256(f"{content}{spec!r}{kinds!r}".encode()).hexdigest()
+
+
+def stale_rosters(settings: Settings, sidecar: Sidecar) -> list[str]:
+    """Rosters to (re)load or drop: configured ones whose file or entry changed (or are missing), and stored ones
+    no longer configured."""
+    specs = roster_specs(settings)
+    declared = declared_fields(settings)
+    stored = {row["name"]: row["sha"] for row in sidecar.query("SELECT name, sha FROM rosters")}
+    stale = [spec.name for spec in specs
+             if not spec.path.is_file() or stored.get(spec.name) != roster_digest(spec, declared)]
+    return stale + sorted(set(stored) - {spec.name for spec in specs})
 
 
 def load_rosters(settings: Settings, sidecar: Sidecar) -> RosterReport:
@@ -198,8 +212,7 @@ def load_rosters(settings: Settings, sidecar: Sidecar) -> RosterReport:
     for spec in specs:
         if not spec.path.is_file():
             raise ConfigError(f"roster {spec.path}: no such file")
-        digest = hashlib.sha256((file_sha(spec.path) + repr(spec) + repr(
-            sorted((name, s.kind) for name, s in declared.items()))).encode()).hexdigest()
+        digest = roster_digest(spec, declared)
         previous = stored.get(spec.name)
         if previous is not None and previous["sha"] == digest:
             report.rosters[spec.name] = {"path": str(spec.path), "rows": previous["rows"], "reloaded": False,
