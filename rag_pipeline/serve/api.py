@@ -8,6 +8,8 @@
     POST /sources/{name}/documents       multipart `files` -> 202 {"source", "documents", "rejected", "ingest"}
     GET  /sources/{name}/documents       the source's documents (status, chunks, paths) and refused files
     DELETE /sources/{name}/documents/{id}  an upload source's document -> 202 {"id", "removed_paths", "ingest"}
+    POST /query        {"op", "field"?, "by"?, "where"?, "limit"?} -> {"op", "rows", "documents", "truncated", ...}
+    GET  /fields       the fields /query and filters know: type, documents, origins, filterable
     GET  /healthz      store, embedder and LLM status (503 when the store is down)
     GET  /metrics      Prometheus text format
     GET  /openapi.json the OpenAPI document: the bodies above as JSON schemas (serve/models.py); no docs UI
@@ -57,6 +59,7 @@ from rag_pipeline.errors import (
 )
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.result import Answer
+from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import Scope as KeyScope  # not the ASGI Scope
 from rag_pipeline.ingest.sources import check_source_name
 from rag_pipeline.ingest.uploads import list_documents, remove_document, sources_overview, store_upload, upload_source
@@ -70,6 +73,8 @@ from rag_pipeline.serve.models import (
     HealthResponse,
     IngestJobResponse,
     IngestRequest,
+    QueryRequest,
+    QueryResponse,
     RemoveResponse,
     SearchRequest,
     SearchResponse,
@@ -79,6 +84,7 @@ from rag_pipeline.serve.models import (
 )
 from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
+from rag_pipeline.structured.query import QueryRunner, load_registry
 
 log = logging.getLogger(__name__)
 STAGES = ("embed", "cache", "hyde", "search", "rerank", "postprocess", "total")
@@ -290,7 +296,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     runtime = Runtime(settings, retriever)
     SearchBody = models.with_default_top_k(SearchRequest, settings.top_k)
     AskBody = models.with_default_top_k(AskRequest, settings.top_k)
-    bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest}  # route -> its body model
+    bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest,
+              "/query": QueryRequest}  # route -> its body model
     auth = Auth(settings)  # with API keys: reader for search, ask, metrics and the schema; ingester for ingest
     reader, ingester = Depends(auth.require("reader")), Depends(auth.require("ingester"))
 
@@ -340,6 +347,20 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         result = await run_in_threadpool(retriever.search, body.query, body.top_k, body.filters or None, scope)
         metrics.observe_retrieval(result, retriever.cache is not None)
         return JSONResponse(result.to_json())  # the contract's own JSON, as `search --json` writes it
+
+    @app.post("/query", response_model=QueryResponse, responses=ERROR_RESPONSES)
+    async def query(body: QueryRequest, scope: Annotated[KeyScope | None, reader]) -> Response:
+        """An exact answer over document fields: count, list, distinct, group_by, top_n or lookup, on a read-only
+        connection with row and time limits; a key's scope limits the documents it counts."""
+        runner = QueryRunner(settings, Sidecar(settings.sidecar_path))
+        result = await run_in_threadpool(runner.run_json, body.model_dump(exclude_none=True), scope)
+        return JSONResponse(result.to_json())
+
+    @app.get("/fields", responses=ERROR_RESPONSES)
+    async def fields(_: Annotated[KeyScope | None, reader]) -> Response:
+        """The fields /query accepts and their types, counts and origins (declared filterable ones filter /search)."""
+        registry = await run_in_threadpool(load_registry, settings, Sidecar(settings.sidecar_path))
+        return JSONResponse({"fields": [field.to_json() for field in registry.values()]})
 
     @app.post("/ask", response_class=StreamingResponse, responses={
         200: {"content": {"text/event-stream": {}},

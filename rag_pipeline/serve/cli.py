@@ -76,11 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.add_argument("roots", nargs="+", help="folders of documents")
     manifest.set_defaults(run=run_manifest)
 
+    metadata = commands.add_parser(
+        "query", parents=[common], help="exact answers over document fields: count, list, distinct, group_by, top_n, "
+                                        "lookup (no SQL: typed operations on allowlisted fields)")
+    metadata.add_argument("op", choices=("count", "list", "distinct", "group_by", "top_n", "lookup"))
+    metadata.add_argument("--field", default=None, help="the field of distinct, top_n (largest first), list and "
+                                                        "lookup (only that field)")
+    metadata.add_argument("--by", default=None, help="the field group_by counts per value (top_n --by: the most "
+                                                     "common values)")
+    metadata.add_argument("--where", action="append", default=[], metavar="F=V",
+                          help="repeatable, ANDed: F=V (on a list field: contains V), F=V1|V2 (any of), F>=V, F<=V, "
+                               "F>V, F<V (numbers and dates; a date may be YYYY or YYYY-MM), F~V (contains)")
+    metadata.add_argument("--limit", type=int, default=None, help="rows (default 100, top_n 10; at most 1000)")
+    metadata.set_defaults(run=run_query)
+    fields = commands.add_parser("fields", parents=[common],
+                                 help="the fields the query tool knows: type, documents, origins, filterable")
+    fields.set_defaults(run=run_fields)
+
     query = argparse.ArgumentParser(add_help=False)
     query.add_argument("--top-k", type=int, default=None, help="number of passages (default: $RAG_TOP_K, else 5)")
     query.add_argument("--filter", action="append", default=[], metavar="KEY=VALUE",
                        help="payload filter, repeatable: path, paths, sha, shard, doc_type, heading_path, "
-                            "tags, path_prefix (a key given twice matches any of its values)")
+                            "tags, source, path_prefix, or a document field declared filterable (a key given twice "
+                            "matches any of its values)")
     search = commands.add_parser("search", parents=[common, query], help="hybrid search of the index")
     search.add_argument("query")
     search.set_defaults(run=run_search)
@@ -451,6 +469,44 @@ def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
               f"shards pending); queries use {generation.get('active') or 'nothing yet'}")
     for failure in summary["failed"]:
         print(f"  failed: {failure['path']}: {failure['error']}")
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """One typed metadata query; a table of its rows (or the result JSON)."""
+    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.structured.query import QueryRunner
+
+    settings = Settings(data_dir=args.data_dir)
+    body = {"op": args.op, "field": args.field, "by": args.by, "where": args.where, "limit": args.limit}
+    result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
+    if args.json:
+        print(json.dumps(result.to_json(), default=str))
+        return 0
+    from rag_pipeline.serve.inspect import format_rows
+
+    rows = [{key: ", ".join(map(str, value)) if isinstance(value, list) else
+             json.dumps(value, default=str) if isinstance(value, dict) else value
+             for key, value in row.items() if key != "id"} for row in result.rows]
+    more = " (truncated: raise --limit)" if result.truncated else ""
+    print(format_rows(rows, f"{args.op} over {result.total_documents} document(s){more}"))
+    return 0
+
+
+def run_fields(args: argparse.Namespace) -> int:
+    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.serve.inspect import format_rows
+    from rag_pipeline.structured.query import load_registry
+
+    settings = Settings(data_dir=args.data_dir)
+    registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_path)).values()]
+    if args.json:
+        print(json.dumps({"fields": registry}))
+        return 0
+    rows = [{"field": f["name"], "type": f["type"], "documents": f["documents"] if not f["builtin"] else "all",
+             "origins": ", ".join(f["origins"]), "filterable": "yes" if f["filterable"] else "",
+             "enriched_by": f["enriched_by"] or ""} for f in registry]
+    print(format_rows(rows, f"{len(rows)} fields"))
+    return 0
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -2,6 +2,8 @@
 
     inspect documents [--status ok|pending|failed] [--type pdf] [--tag TAG] [--path SUBSTRING] [--limit N]
     inspect chunks PATH_OR_SHA          a document's chunks: index, heading path, line, page, size, text
+    inspect fields PATH_OR_SHA          a document's fields (value, type, origin), field errors and reconciliation
+    inspect reconciliation [--status S] the rosters' reconciliation: MATCH, MISMATCH, NOT_STATED, ...
     inspect failures                    failed documents and refused files, with the reasons
     inspect redactions                  redaction totals by kind
     inspect collection                  the collection queries use (points, segments, indexed vectors, payload
@@ -18,6 +20,7 @@ from rag_pipeline.errors import NotFound
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.settings import Settings
+from rag_pipeline.structured.roster import STATUSES
 
 TEXT_PREVIEW = 80
 
@@ -33,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentPars
     documents.add_argument("--limit", type=int, default=1000)
     chunks = views.add_parser("chunks", parents=[common], help="a document's chunks with heading paths and pages")
     chunks.add_argument("document", help="a path (or a unique suffix of one) or a sha (or its prefix)")
+    fields = views.add_parser("fields", parents=[common], help="a document's fields with type and origin, its field "
+                                                               "errors and its reconciliation with the rosters")
+    fields.add_argument("document", help="a path (or a unique suffix of one) or a sha (or its prefix)")
+    reconciliation = views.add_parser("reconciliation", parents=[common],
+                                      help="per document and authoritative roster column: the document's claim "
+                                           "against the roster")
+    reconciliation.add_argument("--status", choices=STATUSES)
     views.add_parser("failures", parents=[common], help="failed documents and refused files with the reasons")
     views.add_parser("redactions", parents=[common], help="redaction totals by kind")
     views.add_parser("collection", parents=[common], help="the vector collection: points, segments, index status")
@@ -46,6 +56,14 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
     if args.view == "chunks":
         sha, row = find_document(sidecar, args.document)
         return chunk_rows(settings, sidecar, sha), f"chunks of {', '.join(row['paths'])} ({sha[:12]})"
+    if args.view == "fields":
+        sha, row = find_document(sidecar, args.document)
+        return field_rows(settings, sidecar, sha), f"fields of {', '.join(row['paths'])} ({sha[:12]})"
+    if args.view == "reconciliation":
+        return sidecar.query(
+            "SELECT status, roster, key, field, document_value, roster_value, path FROM reconciliation "
+            "WHERE ? IS NULL OR status = ? ORDER BY status = 'MATCH', status, roster, key, field",
+            [args.status, args.status]), "reconciliation"
     if args.view == "failures":
         failed = [{"path": row["path"], "kind": "failed", "reason": row["error"]}
                   for row in documents(sidecar, "failed", None, None, 100_000)]
@@ -100,6 +118,32 @@ def chunk_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str,
     return [{"index": row["chunk_index"], "heading": row["heading_path"], "line": row["line_start"],
              "page": row["page"], "chars": row["chars"],
              "text": " ".join(texts.get(row["chunk_index"], "").split())[:TEXT_PREVIEW]} for row in catalogue]
+
+
+def field_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str, Any]]:
+    """A document's effective fields (rosters applied), then its field errors and reconciliation rows."""
+    rows = [{"field": name, "value": value, "type": kind, "origin": origin}
+            for name, (value, kind, origin) in document_fields(settings, sidecar, sha).items()]
+    rows += [{"field": "(error)", "value": row["error"], "type": "", "origin": row["origin"]}
+             for row in sidecar.query("SELECT origin, error FROM field_errors WHERE sha = ?", [sha])]
+    rows += [{"field": row["field"], "value": f"{row['status']}: document {row['document_value']!r}, roster "
+                                              f"{row['roster_value']!r}", "type": "reconciliation",
+              "origin": f"roster:{row['roster']}"}
+             for row in sidecar.query("SELECT * FROM reconciliation WHERE sha = ? ORDER BY field", [sha])]
+    return rows
+
+
+def document_fields(settings: Settings, sidecar: Sidecar, sha: str) -> dict[str, tuple[Any, str, str]]:
+    """name -> (value, type, origin) of one document's effective fields (lists gathered)."""
+    fields: dict[str, tuple[Any, str, str]] = {}
+    for row in sidecar.query("SELECT name, kind, text_value, origin FROM effective_fields WHERE sha = ? "
+                             "ORDER BY name", [sha]):
+        if row["name"] in fields and row["kind"] == "list":
+            fields[row["name"]][0].append(row["text_value"])
+        elif row["name"] not in fields:
+            value = [row["text_value"]] if row["kind"] == "list" else row["text_value"]
+            fields[row["name"]] = (value, row["kind"], row["origin"])
+    return fields
 
 
 def cell_text(value: Any) -> str:

@@ -39,8 +39,12 @@ String = Annotated[StrictStr, AfterValidator(_unicode)]
 Text = Annotated[String, AfterValidator(_not_blank)]
 TopK = Annotated[int, Field(strict=True, ge=1, le=MAX_API_TOP_K, description="how many results (1 to 100)")]
 FilterValue = String | Annotated[list[String], Field(min_length=1)]
-Filters = dict[Literal[FILTER_KEYS], FilterValue]  # type: ignore[valid-type]  # the keys are FILTER_KEYS
-FILTERS_DESCRIPTION = "field: value (or a list of values, any of which matches); every condition must hold"
+# The keys are FILTER_KEYS or a document field declared filterable (which the retriever checks: it knows the
+# declarations); a key that can be neither is refused here.
+FilterKey = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+Filters = dict[FilterKey, FilterValue]
+FILTERS_DESCRIPTION = ("field: value (or a list of values, any of which matches); every condition must hold. Fields: "
+                       f"{', '.join(FILTER_KEYS)}, and the document fields declared filterable (GET /fields)")
 
 
 class StrictBody(BaseModel):
@@ -61,6 +65,31 @@ class AskRequest(StrictBody):
     question: Text
     top_k: TopK = 5
     filters: Filters | None = Field(None, description=FILTERS_DESCRIPTION)
+
+
+WhereValue = str | float | int | list[str | float | int] | dict[str, str | float | int | list[str | float | int]]
+
+
+class QueryRequest(StrictBody):
+    """POST /query: one typed metadata operation (no SQL). `where` maps fields to a value (equals; on a list field:
+    contains), a list (any of) or {gte|gt|lte|lt|contains|in: ...}; or is a list of "F=V" strings as the CLI takes."""
+
+    op: Literal["count", "list", "distinct", "group_by", "top_n", "lookup"]
+    field: FilterKey | None = None
+    by: FilterKey | None = None
+    where: dict[FilterKey, WhereValue] | list[Annotated[str, Field(max_length=1000)]] | None = None
+    limit: Annotated[int, Field(strict=True, ge=1, le=1000)] | None = None
+
+
+class QueryResponse(BaseModel):
+    """POST /query: the rows, the documents they counted (to cite), and whether the limit cut them."""
+
+    op: str
+    rows: list[dict[str, Any]]
+    documents: list[dict[str, str]] = Field(description="id and path of every document counted (up to the limit)")
+    truncated: bool
+    total_documents: int
+    timings_ms: dict[str, float]
 
 
 class IngestRequest(StrictBody):
@@ -257,6 +286,11 @@ FIELD_RULES = {
     "question": ("empty_question", "must be a non-empty string"),
     "top_k": ("invalid_top_k", f"must be an integer from 1 to {MAX_API_TOP_K}"),
     "filters": ("invalid_filters", "must be an object of field: value"),
+    "op": ("invalid_op", "must be one of count, list, distinct, group_by, top_n, lookup"),
+    "field": ("invalid_field", "must be a field name"),
+    "by": ("invalid_field", "must be a field name"),
+    "where": ("invalid_where", "must map fields to values, or be a list of 'F=V' strings"),
+    "limit": ("invalid_limit", "must be an integer from 1 to 1000"),
 }
 _short = reprlib.Repr()  # a bad value, cut short and a few levels deep (a body can nest deeply)
 _short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60
@@ -285,8 +319,8 @@ def input_error(errors: Sequence[dict[str, Any]], allowed: Iterable[str] = ()) -
     if field == "filters" and len(loc) > 2:
         if loc[-1] == "[key]":
             unknown = [str(error["loc"][2]) for error in errors if tuple(error["loc"])[-1:] == ("[key]",)]
-            return InputError(f"unknown filter field(s) {', '.join(unknown)}; allowed: {', '.join(FILTER_KEYS)}",
-                              code="unknown_filter_field")
+            return InputError(f"unknown filter field(s) {', '.join(unknown)}; allowed: {', '.join(FILTER_KEYS)} and "
+                              "the document fields declared filterable", code="unknown_filter_field")
         return InputError(f"filter {loc[1]!r} needs a string or a non-empty list of strings, "
                           f"got {_short.repr(first.get('input'))}")  # the same words as the retriever's check
     code, rule = FIELD_RULES.get(field, ("invalid_request", "is invalid"))

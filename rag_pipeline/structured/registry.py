@@ -177,7 +177,7 @@ def field_conditions(filters: Filters | None, filterable: Mapping[str, FieldKind
         if key not in filterable:
             allowed = ", ".join([*FILTER_KEYS, *sorted(filterable)])
             raise InputError(f"unknown filter field {key!r}; allowed: {allowed} (a document field is a filter when "
-                             "it is declared filterable: true)")
+                             "it is declared filterable: true)", code="unknown_filter_field")
         values = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
         if not values or not all(isinstance(item, str) for item in values):
             raise InputError(f"filter {key!r} needs a string or a non-empty list of strings, got {value!r}")
