@@ -1,5 +1,7 @@
 """Golden question sets (YAML): questions with graded relevance per file, optional expected answers, a kind
-(semantic | aggregation | out_of_scope) and tags. Paths are matched by suffix: "math/trig.md" matches
+(semantic | aggregation | out_of_scope) and tags. An aggregation question has no relevance: it carries the metadata
+query that answers it (`query`: {op, field?, by?, where?, limit?}) and its exact answer (`expected`: one of {count},
+{values}, {groups}, {documents}, {value}), and is scored by exact-answer accuracy, never as retrieval. Paths are matched by suffix: "math/trig.md" matches
 "/docs/math/trig.md". The loader reports every problem at once, including relevance paths that match no
 document (a typo in a golden file must fail loudly)."""
 
@@ -16,6 +18,7 @@ from rag_pipeline.errors import ConfigError
 
 Kind = Literal["semantic", "aggregation", "out_of_scope"]
 KINDS = ("semantic", "aggregation", "out_of_scope")
+EXPECTED_FORMS = ("count", "values", "groups", "documents", "value")
 
 
 class GoldenSetError(ConfigError):
@@ -30,6 +33,8 @@ class GoldenQuestion:
     relevance: dict[str, int]  # path suffix -> grade 1..3 (grade 0 entries are dropped)
     expected_answer: str | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
+    query: dict | None = None  # aggregation: the metadata query that answers it
+    expected: dict | None = None  # aggregation: the exact answer (one of EXPECTED_FORMS)
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ def load_golden(path: str | Path, known_paths: Iterable[str] | None = None) -> G
         qid = str(entry.get("id") or "")
         where = f"question {qid or '#' + str(index)}"
         unknown_keys = sorted(set(entry) - {"id", "question", "kind", "relevance", "expected_files",
-                                            "expected_answer", "tags"})
+                                            "expected_answer", "tags", "query", "expected"})
         if unknown_keys:
             problems.append(f"{where}: unknown field(s) {', '.join(unknown_keys)}")
         if not qid:
@@ -84,7 +89,16 @@ def load_golden(path: str | Path, known_paths: Iterable[str] | None = None) -> G
         relevance = _relevance(entry, where, problems)
         if kind == "out_of_scope" and relevance:
             problems.append(f"{where}: an out_of_scope question has no relevant files")
-        if kind != "out_of_scope" and not relevance:
+        query, expected = entry.get("query"), entry.get("expected")
+        if kind == "aggregation":
+            if not isinstance(query, dict) or "op" not in query:
+                problems.append(f"{where}: an aggregation question needs a `query` with an `op`")
+            if not isinstance(expected, dict) or len(expected) != 1 or next(iter(expected)) not in EXPECTED_FORMS:
+                problems.append(f"{where}: an aggregation question needs `expected` with one of "
+                                f"{', '.join(EXPECTED_FORMS)}")
+        elif query is not None or expected is not None:
+            problems.append(f"{where}: only aggregation questions have `query` and `expected`")
+        if kind not in ("out_of_scope", "aggregation") and not relevance:
             problems.append(f"{where}: needs 'relevance' or 'expected_files' (or kind: out_of_scope)")
         if known is not None:
             for suffix in relevance:
@@ -97,9 +111,11 @@ def load_golden(path: str | Path, known_paths: Iterable[str] | None = None) -> G
         if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
             problems.append(f"{where}: tags must be a list of strings")
             tags = []
-        expected = entry.get("expected_answer")
+        answer = entry.get("expected_answer")
         questions.append(GoldenQuestion(qid, (text or "").strip(), kind, relevance,
-                                        str(expected) if expected is not None else None, tuple(tags)))
+                                        str(answer) if answer is not None else None, tuple(tags),
+                                        query if kind == "aggregation" else None,
+                                        expected if kind == "aggregation" else None))
     if problems:
         raise GoldenSetError(f"{path}: {len(problems)} problem(s):\n  " + "\n  ".join(problems))
     return GoldenSet(str(raw.get("name") or path.stem), path, questions)

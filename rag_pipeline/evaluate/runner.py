@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rag_pipeline.evaluate.aggregation import evaluate_aggregations
 from rag_pipeline.evaluate.answers import abstained, citation_scores, contains, exact_match, token_f1
 from rag_pipeline.evaluate.golden import GoldenQuestion, GoldenSet, matches
 from rag_pipeline.evaluate.judge import Judge
@@ -16,6 +17,7 @@ from rag_pipeline.evaluate.metrics import dedupe_ranking, evaluate_run, mean_sco
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.index.vector_store import Hit
 from rag_pipeline.ingest.chunk import chunk_id
+from rag_pipeline.structured.query import QueryRunner
 
 Granularity = Literal["file", "chunk"]
 
@@ -57,15 +59,19 @@ def chunk_qrels(question: GoldenQuestion, documents: Mapping[str, tuple[Sequence
 def evaluate_golden(golden: GoldenSet, answerer: Answerer, *, top_k: int = 10, answer_top_k: int = 5,
                     granularity: Granularity = "file", documents: Mapping[str, tuple[Sequence[str], int]] | None = None,
                     with_answers: bool = True, judge: Judge | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """The evaluation report of `golden` (a JSON-ready dict)."""
+                    progress: Callable[[int, int], None] | None = None,
+                    query_runner: QueryRunner | None = None) -> dict[str, Any]:
+    """The evaluation report of `golden` (a JSON-ready dict): retrieval (and answer) metrics of the semantic and
+    out-of-scope questions; exact-answer accuracy of the aggregation questions through `query_runner`."""
     if granularity == "chunk" and documents is None:
         raise ValueError("chunk granularity needs the indexed documents (sha -> paths, chunk count)")
     started = time.perf_counter()
     results: list[QuestionResult] = []
     qrels: dict[str, dict[str, int]] = {}
     run: dict[str, list[str]] = {}
-    for position, question in enumerate(golden.questions, start=1):
+    aggregations = [question for question in golden.questions if question.kind == "aggregation"]
+    retrieved = [question for question in golden.questions if question.kind != "aggregation"]
+    for position, question in enumerate(retrieved, start=1):
         hits = answerer.retriever.search(question.question, top_k=top_k).hits
         if granularity == "file":
             ranking = dedupe_ranking([file_id(hit, question) for hit in hits])
@@ -85,7 +91,7 @@ def evaluate_golden(golden: GoldenSet, answerer: Answerer, *, top_k: int = 10, a
                                               [source.text for source in answer.sources], question.expected_answer)
         results.append(result)
         if progress:
-            progress(position, len(golden.questions))
+            progress(position, len(retrieved))
     per_query = evaluate_run({qid: grades for qid, grades in qrels.items() if grades}, run)
     for result in results:
         result.retrieval = per_query.get(result.id, {})
@@ -98,6 +104,9 @@ def evaluate_golden(golden: GoldenSet, answerer: Answerer, *, top_k: int = 10, a
         "retrieval_by_tag": {k: v for k, v in slice_by(per_query, tags).items() if v},
         "results": [vars(result) for result in results],
     }
+    if aggregations:
+        report["aggregation"] = evaluate_aggregations(aggregations, query_runner) if query_runner else {
+            "questions": len(aggregations), "accuracy": None, "skipped": "no metadata query tool given"}
     if with_answers:
         report["answers"] = answer_summary(results)
         report["generator"] = next((r.generator for r in results if r.generator), None)

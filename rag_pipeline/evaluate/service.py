@@ -12,6 +12,7 @@ from rag_pipeline.evaluate.runner import Granularity, evaluate_golden
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.llm import build_llm
 from rag_pipeline.settings import Settings
+from rag_pipeline.structured.query import QueryRunner
 
 HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr@10", "map", "precision@5", "success@1")
 
@@ -19,7 +20,8 @@ HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr@10", "map", "precision@5", 
 def evaluate_index(settings: Settings, golden_path: str | Path | None = None, *, top_k: int = 10,
                    granularity: Granularity = "file", with_answers: bool = True) -> dict[str, Any]:
     """The report of the golden set against the current index (`index_version` says which one was measured)."""
-    documents = Sidecar(settings.sidecar_path).documents()
+    sidecar = Sidecar(settings.sidecar_path)
+    documents = sidecar.documents()
     known_paths = [path for row in documents.values() if row["status"] != "failed" for path in row["paths"]]
     golden = load_golden(golden_path or settings.eval_golden_path, known_paths)
     retriever = components.open_retriever(settings, semantic_cache=False)
@@ -29,7 +31,7 @@ def evaluate_index(settings: Settings, golden_path: str | Path | None = None, *,
         report = evaluate_golden(
             golden, components.answerer(settings, retriever), top_k=top_k, granularity=granularity,
             documents={sha: (row["paths"], row["chunks"] or 0) for sha, row in documents.items()},
-            with_answers=with_answers, judge=judge,
+            with_answers=with_answers, judge=judge, query_runner=QueryRunner(settings, sidecar),
         )
         report.update(index_version=retriever.store.index_version(), collection=retriever.store.collection,
                       golden_path=str(golden.path))
@@ -43,6 +45,8 @@ def headline(report: dict[str, Any]) -> dict[str, float]:
     figures = {name: value for name, value in report["retrieval"]["metrics"].items() if name in HEADLINE}
     figures.update({f"answer_{name}": value for name, value in report.get("answers", {}).items()})
     figures.update({f"judge_{name}": value for name, value in report.get("judge", {}).get("metrics", {}).items()})
+    if report.get("aggregation", {}).get("accuracy") is not None:
+        figures["aggregation_accuracy"] = report["aggregation"]["accuracy"]
     return figures
 
 
@@ -63,6 +67,14 @@ def format_report(report: dict[str, Any], previous: dict[str, float] | None = No
         lines += ["", "| kind | recall@5 | ndcg@10 | mrr@10 |", "|---|---|---|---|"]
         for kind, metrics in report["retrieval_by_kind"].items():
             lines.append(f"| {kind} | {metrics['recall@5']:.3f} | {metrics['ndcg@10']:.3f} | {metrics['mrr@10']:.3f} |")
+    aggregation = report.get("aggregation")
+    if aggregation and aggregation.get("accuracy") is not None:
+        lines += ["", f"Aggregation questions (exact answers through the metadata query tool, not scored as "
+                      f"retrieval): {aggregation['accuracy']:.3f} accuracy over {aggregation['questions']}.", "",
+                  "| op | questions | accuracy |", "|---|---|---|"]
+        lines += [f"| {op} | {item['questions']} | {item['accuracy']:.3f} |" for op, item in aggregation["by_op"].items()]
+        lines += [f"- missed `{miss['id']}`: got {miss['got']!r}, expected {miss['expected']!r}"
+                  + (f" ({miss['error']})" if miss["error"] else "") for miss in aggregation["misses"][:20]]
     if report.get("generator"):
         lines += ["", f"Answers by `{report['generator']}`."]
     return "\n".join(lines)

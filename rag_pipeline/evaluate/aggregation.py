@@ -1,0 +1,75 @@
+"""Exact-answer accuracy of aggregation questions: each question's metadata query is run through the query tool
+and its result compared with the expected answer (a number, a set of values, counts per value, a set or ranking
+of documents, or one value). These questions are never scored as retrieval: a top-k of chunks cannot count."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rag_pipeline.errors import RagError
+from rag_pipeline.evaluate.golden import GoldenQuestion, matches
+from rag_pipeline.structured.query import QueryResult, QueryRunner
+
+
+def canonical(value: Any) -> Any:
+    """A value compared as text (numbers without a trailing .0), lists element-wise."""
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def answer_of(result: QueryResult, form: str) -> Any:
+    """The part of a query result an expected answer of `form` compares with."""
+    if form == "count":
+        return result.rows[0]["count"] if result.rows and "count" in result.rows[0] else len(result.rows)
+    if form == "values":
+        return sorted(canonical(row["value"]) for row in result.rows)
+    if form == "groups":
+        return {canonical(row["value"]): row["count"] for row in result.rows}
+    if form == "documents":
+        return [row["path"] for row in result.rows]
+    return canonical(result.rows[0].get("value")) if len(result.rows) == 1 else None
+
+
+def is_correct(question: GoldenQuestion, got: Any) -> bool:
+    form, expected = next(iter((question.expected or {}).items()))
+    if form == "count":
+        return got == expected
+    if form == "values":
+        return got == sorted(canonical(value) for value in expected)
+    if form == "groups":
+        return got == {canonical(value): count for value, count in expected.items()}
+    if form == "documents":
+        if (question.query or {}).get("op") == "top_n":  # a ranking: order matters
+            return len(got) == len(expected) and all(matches(path, key) for path, key in zip(got, expected))
+        return len(got) == len(expected) and all(any(matches(path, key) for path in got) for key in expected)
+    return got == canonical(expected)
+
+
+def evaluate_aggregations(questions: Sequence[GoldenQuestion], runner: QueryRunner) -> dict[str, Any]:
+    """Accuracy over the aggregation questions, overall and per operation, with every miss and its result."""
+    results = []
+    for question in questions:
+        form = next(iter((question.expected or {"value": None})))
+        try:
+            result = runner.run_json(question.query or {})
+            got, error = answer_of(result, form), None
+        except RagError as failure:
+            got, error = None, f"{failure.code}: {failure}"
+        results.append({"id": question.id, "op": (question.query or {}).get("op"), "question": question.question,
+                        "correct": error is None and is_correct(question, got), "got": got,
+                        "expected": question.expected, "error": error})
+    by_op: dict[str, list[bool]] = {}
+    for row in results:
+        by_op.setdefault(row["op"], []).append(row["correct"])
+    return {
+        "questions": len(results),
+        "accuracy": sum(row["correct"] for row in results) / len(results) if results else None,
+        "by_op": {op: {"questions": len(flags), "accuracy": sum(flags) / len(flags)} for op, flags in
+                  sorted(by_op.items())},
+        "misses": [row for row in results if not row["correct"]],
+        "results": results,
+    }
