@@ -1,0 +1,256 @@
+"""Exact answers on a real ingest of the bundled catalog corpus (golden/catalog: Markdown front matter, DOCX/PPTX
+core properties, PDF info, HTML meta, a roster CSV): the metadata query tool's operations, filters and limits, the
+roster join and every reconciliation state, field filters in search, the golden aggregation questions, and the
+CLI and HTTP contracts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import httpx
+import pytest
+
+from rag_pipeline.errors import InputError, QueryTimeout
+from rag_pipeline.evaluate.aggregation import evaluate_aggregations
+from rag_pipeline.evaluate.golden import load_golden
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.index.vector_store import Scope
+from rag_pipeline.serve.keys import create_key
+from rag_pipeline.settings import Settings
+from rag_pipeline.structured.query import QueryRunner, read_only
+from rag_pipeline_tests.test_api import running_api
+
+REPO = Path(__file__).resolve().parents[1]
+CATALOG = REPO / "golden" / "catalog"
+GOLDEN = REPO / "golden" / "catalog_golden.yaml"
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """The catalog corpus (a copy) ingested once through its sources file; read-only for the tests."""
+    from rag_pipeline.defs.runner import ingest
+
+    base = tmp_path_factory.mktemp("catalog")
+    shutil.copytree(CATALOG, base / "catalog")
+    settings = Settings(data_dir=base / "data", sources_file=base / "catalog" / "sources.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAG_SOURCES_FILE", str(settings.sources_file))
+        summary = ingest(data_dir=settings.data_dir)
+    assert summary["added"] == 42 and not summary["failed"]
+    yield settings
+
+
+def run(settings: Settings, **body) -> dict:
+    return QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body).to_json()
+
+
+def names(result: dict) -> set[str]:
+    return {Path(document["path"]).name for document in result["documents"]}
+
+
+def test_every_property_source_lands_in_the_sidecar(catalog: Settings) -> None:
+    origins = {row["origin"] for row in Sidecar(catalog.sidecar_path).query(
+        "SELECT DISTINCT origin FROM document_fields")}
+    assert {"front_matter", "docx", "pptx", "pdf", "html"} <= origins
+    errors = Sidecar(catalog.sidecar_path).query(
+        "SELECT d.paths[1] AS path, e.error FROM field_errors e JOIN documents d USING (sha)")
+    assert [Path(row["path"]).name for row in errors] == ["brine-and-bramble.md"]
+    assert "malformed YAML" in errors[0]["error"]
+    broken = run(catalog, op="lookup", where={"name": "brine-and-bramble.md"})["rows"][0]
+    assert broken["fields"]["title"] == {"value": "Brine & Bramble", "type": "string", "origin": "heading"}
+    assert "themes" not in broken["fields"] and broken["field_errors"]
+    chunks = Sidecar(catalog.sidecar_path).query(
+        "SELECT count(*) AS n FROM chunks c JOIN documents d USING (sha) WHERE d.paths[1] LIKE '%brine-and-bramble.md'")
+    assert chunks[0]["n"] > 0  # the text is ingested all the same
+
+
+def test_count_list_distinct_group_by_top_n_lookup(catalog: Settings) -> None:
+    assert run(catalog, op="count")["rows"] == [{"count": 42}]
+    pdfs = run(catalog, op="count", where={"type": "pdf"})
+    assert pdfs["rows"] == [{"count": 4}] and len(pdfs["documents"]) == 4
+    assert all(set(document) == {"id", "path"} for document in pdfs["documents"])
+    citrus = run(catalog, op="list", where=["themes=citrus"], field="title")
+    assert len(citrus["rows"]) == 5 and all(set(row) == {"id", "path", "title"} for row in citrus["rows"])
+    assert names(citrus) == {Path(row["path"]).name for row in citrus["rows"]}
+    years = run(catalog, op="distinct", field="year")["rows"]
+    assert [row["value"] for row in years] == sorted(row["value"] for row in years)
+    assert all(isinstance(row["value"], int) for row in years)
+    by_type = run(catalog, op="group_by", by="type")
+    assert {row["value"]: row["count"] for row in by_type["rows"]} == {"md": 24, "docx": 6, "pptx": 4, "pdf": 4,
+                                                                       "html": 4}
+    themes = run(catalog, op="group_by", by="themes")["rows"]  # a list field: each element counts
+    assert sum(row["count"] for row in themes) > 23 and {"value": "citrus", "count": 5} in themes
+    top = run(catalog, op="top_n", field="budget_k", limit=3)["rows"]
+    assert len(top) == 3 and top[0]["value"] >= top[1]["value"] >= top[2]["value"]
+    lookup = run(catalog, op="lookup", field="team", where={"project_id": "P-008"})["rows"]
+    assert lookup == [{"id": lookup[0]["id"], "path": lookup[0]["path"], "field": "team", "value": "Heron",
+                       "origin": "roster:roster"}]
+    both = run(catalog, op="lookup", where={"project_id": "P-003"})["rows"]  # a note and its press page
+    assert {Path(row["path"]).name for row in both} == {"lantern-keeper.md", "lantern-keeper-anniversary.html"}
+    assert all(row["fields"]["team"]["value"] == "Heron" for row in both)
+
+
+def test_where_clauses(catalog: Settings) -> None:
+    signed_2025 = run(catalog, op="count", where={"signed": "2025"})["rows"][0]["count"]
+    spelled = run(catalog, op="count", where={"signed": {"gte": "2025-01-01", "lt": "2026-01-01"}})
+    assert signed_2025 == spelled["rows"][0]["count"] > 0
+    cli_form = run(catalog, op="count", where=["signed>=2025", "signed<2026"])
+    assert cli_form["rows"][0]["count"] == signed_2025
+    contracts = run(catalog, op="count", where={"category": "contract", "created": "2025"})["rows"][0]["count"]
+    assert contracts == 4
+    either = run(catalog, op="count", where={"genre": ["puzzle", "fishing"]})["rows"][0]["count"]
+    assert either == run(catalog, op="count", where={"genre": "puzzle"})["rows"][0]["count"] + \
+        run(catalog, op="count", where={"genre": "fishing"})["rows"][0]["count"]
+    ranged = run(catalog, op="list", where={"year": {"gte": 2023, "lte": 2024}}, field="year")["rows"]
+    assert ranged and all(2023 <= row["year"] <= 2024 for row in ranged)
+    assert run(catalog, op="count", where={"title": {"contains": "LANTERN"}})["rows"][0]["count"] >= 1
+    assert run(catalog, op="count", where={"year": "2021.0"})["rows"] == run(catalog, op="count", where={"year": 2021})[
+        "rows"]
+
+
+def test_refusals_name_the_field(catalog: Settings) -> None:
+    for body, match in [
+        ({"op": "count", "where": {"secret_column": "x"}}, "'secret_column' is not a queryable field"),
+        ({"op": "group_by", "by": "documents; DROP TABLE documents"}, "is not a queryable field"),
+        ({"op": "count", "limit": 1001}, "limit must be an integer from 1 to 1000"),
+        ({"op": "count", "where": {"year": "soon"}}, "'soon' is not a number"),
+        ({"op": "count", "where": {"signed": "next week"}}, "is not a date"),
+        ({"op": "count", "where": {"title": {"gte": 3}}}, "a range needs a number or date field"),
+        ({"op": "top_n", "field": "title"}, "top_n --field needs a number or date field"),
+        ({"op": "lookup"}, "lookup needs a where clause"),
+        ({"op": "distinct"}, "distinct needs --field"),
+        ({"op": "select *"}, "op must be one of"),
+        ({"op": "count", "where": ["year!=2020"]}, "use FIELD=VALUE"),
+    ]:
+        with pytest.raises(InputError, match=match):
+            QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json(body)
+
+
+def test_row_limits_and_truncation(catalog: Settings) -> None:
+    everything = run(catalog, op="list", limit=5)
+    assert len(everything["rows"]) == 5 and everything["truncated"] and everything["total_documents"] == 42
+    assert len(run(catalog, op="list")["rows"]) == 42  # the default limit of 100 holds them all
+    counted = run(catalog, op="count", limit=3)
+    assert counted["rows"] == [{"count": 42}] and len(counted["documents"]) == 3 and counted["truncated"]
+    assert len(run(catalog, op="top_n", field="year")["rows"]) == 10  # top_n's default
+
+
+def test_the_connection_is_read_only_without_external_access(catalog: Settings) -> None:
+    with read_only(catalog.sidecar_path) as con:
+        for sql in ("CREATE TABLE x (i INTEGER)", "DELETE FROM documents", "SELECT * FROM read_csv('/etc/passwd')",
+                    "SET enable_external_access = true", "COPY documents TO '/tmp/leak.csv'"):
+            with pytest.raises(duckdb.Error):
+                con.execute(sql)
+
+
+def test_the_time_limit_stops_a_query(catalog: Settings) -> None:
+    class Slow(QueryRunner):
+        def _execute(self, con, query, registry, scope):  # a query that would run for minutes
+            con.execute("SELECT count(*) FROM range(1000000000000) a").fetchall()
+
+    with pytest.raises(QueryTimeout, match="longer than 0.3 s"):
+        Slow(catalog, Sidecar(catalog.sidecar_path), timeout_seconds=0.3).run_json({"op": "count"})
+
+
+def test_a_scope_limits_what_is_counted(catalog: Settings) -> None:
+    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_path))
+    assert runner.run_json({"op": "count"}, Scope(sources=("catalog",))).rows == [{"count": 42}]
+    assert runner.run_json({"op": "count"}, Scope(sources=("elsewhere",))).rows == [{"count": 0}]
+    assert runner.run_json({"op": "count"}, Scope(tags=("legal",))).rows == [{"count": 0}]
+
+
+def test_roster_join_and_every_reconciliation_state(catalog: Settings) -> None:
+    sidecar = Sidecar(catalog.sidecar_path)
+    counts = {row["status"]: row["n"] for row in sidecar.query(
+        "SELECT status, count(*) AS n FROM reconciliation GROUP BY status")}
+    assert counts["MISMATCH"] == 4 and counts["MISSING_IN_ROSTER"] == 2 and counts["ROSTER_ONLY"] == 2
+    assert counts["MATCH"] > 0 and counts["NOT_STATED"] > 0
+    mismatched = {(row["key"], row["field"]): (row["document_value"], row["roster_value"]) for row in sidecar.query(
+        "SELECT * FROM reconciliation WHERE status = 'MISMATCH'")}
+    assert mismatched[("P-003", "publisher")] == ("Lantern House", "Northwind Interactive")
+    assert mismatched[("P-013", "genre")] == ("platformer", "puzzle")
+    # Authoritative: the roster's value is the field's value, whatever the document claims.
+    assert run(catalog, op="lookup", field="publisher", where={"project_id": "P-003"})["rows"][0]["value"] == \
+        "Northwind Interactive"
+    # Not authoritative: the roster fills fields the document does not state; a document without a roster row
+    # keeps its own values and gets no roster columns.
+    assert run(catalog, op="lookup", field="region", where={"project_id": "P-031"})["rows"][0]["value"] is None
+    assert run(catalog, op="lookup", field="publisher", where={"project_id": "P-031"})["rows"][0]["origin"] == \
+        "front_matter"
+    # A roster-only row is never a document.
+    assert run(catalog, op="count", where={"project_id": "P-024"})["rows"] == [{"count": 0}]
+
+
+def test_golden_aggregation_questions_are_exact(catalog: Settings) -> None:
+    golden = load_golden(GOLDEN)
+    questions = [question for question in golden.questions if question.kind == "aggregation"]
+    assert len(questions) >= 24 and {q.query["op"] for q in questions} == {"count", "list", "distinct", "group_by",
+                                                                           "top_n", "lookup"}
+    report = evaluate_aggregations(questions, QueryRunner(catalog, Sidecar(catalog.sidecar_path)))
+    assert report["misses"] == [] and report["accuracy"] == 1.0
+
+
+def test_search_filters_on_filterable_fields(catalog: Settings) -> None:
+    from rag_pipeline.components import open_retriever
+
+    retriever = open_retriever(catalog)
+    try:
+        fishing = retriever.search("game", top_k=20, filters={"genre": "fishing"}).to_json()["results"]
+        # the press page states no genre: the roster's does, and its points carry it
+        assert {Path(hit["path"]).name for hit in fishing} == {"deepwater-patience.md",
+                                                                "deepwater-patience-launch.html"}
+        both = retriever.search("game", top_k=20, filters={"themes": "citrus", "year": "2024.0"}).to_json()
+        assert both["results"] and all(Path(hit["path"]).parent.name == "projects" for hit in both["results"])
+        with pytest.raises(InputError, match="declared filterable"):
+            retriever.search("game", filters={"team": "Heron"})  # a field, but not declared filterable
+    finally:
+        retriever.close()
+
+
+def test_cli_query_contract(catalog: Settings) -> None:
+    env = {**os.environ, "RAG_SOURCES_FILE": str(catalog.sources_file)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rag_pipeline", "query", *args, "--data-dir",
+                               str(catalog.data_dir)], capture_output=True, text=True, env=env, timeout=120)
+
+    done = cli("group_by", "--by", "publisher", "--where", "type=md", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) >= {"op", "rows", "documents", "truncated"} and result["op"] == "group_by"
+    assert all(set(row) == {"value", "count"} for row in result["rows"])
+    refused = cli("count", "--where", "salary=1", "--json")
+    assert refused.returncode == 2 and json.loads(refused.stdout)["error"]["code"] == "unknown_field"
+    table = cli("list", "--where", "themes=citrus", "--field", "title")
+    assert table.returncode == 0 and "Marmalade Circuit" in table.stdout
+
+
+def test_http_query_and_fields(catalog: Settings) -> None:
+    keys = catalog.data_dir / "api_keys.yaml"
+    tokens = {name: create_key(keys, name, "reader", (), sources)[1]
+              for name, sources in [("all", ()), ("other", ("elsewhere",))]}
+    with running_api(catalog) as url:
+        def post(token: str, body: dict) -> httpx.Response:
+            return httpx.post(f"{url}/query", json=body, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+        counted = post(tokens["all"], {"op": "count", "where": {"type": "pdf"}})
+        assert counted.status_code == 200 and counted.json()["rows"] == [{"count": 4}]
+        assert post(tokens["other"], {"op": "count"}).json()["rows"] == [{"count": 0}]  # the key's scope
+        assert httpx.post(f"{url}/query", json={"op": "count"}, timeout=30).status_code == 401
+        for body, code in [({"op": "count", "where": {"secret": 1}}, "unknown_field"),
+                           ({"op": "count", "limit": 5000}, "invalid_limit"),
+                           ({"op": "count", "sql": "SELECT 1"}, "unknown_field"),
+                           ({"op": "drop"}, "invalid_op")]:
+            refused = post(tokens["all"], body)
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == code, refused.text
+        fields = httpx.get(f"{url}/fields", headers={"Authorization": f"Bearer {tokens['all']}"}, timeout=30).json()
+        by_name = {field["name"]: field for field in fields["fields"]}
+        assert by_name["genre"]["filterable"] and by_name["year"]["type"] == "number"
+        assert by_name["mood"]["enriched_by"] == "classify" and by_name["type"]["builtin"]
