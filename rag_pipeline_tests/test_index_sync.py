@@ -27,7 +27,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Local mode performs exact"),
 ]
 PAYLOAD_KEYS = {"text", "window_text", "paths", "path", "heading_path", "line_start", "page", "chunk_index",
-                "sha", "shard", "doc_type", "tags", "sources", "ingested_at"}
+                "sha", "shard", "doc_type", "tags", "sources", "fields", "ingested_at"}
 
 
 def open_store(data_dir: Path):

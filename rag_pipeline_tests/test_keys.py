@@ -158,8 +158,8 @@ def test_scope_conditions_narrow_every_search_leg(store: VectorStore, points: li
     from rag_pipeline.index.vector_store import parse_filters
 
     store.upsert(points)
-    store.relabel("sha0", ["/docs/sha0.md"], ["handbook", "policy"], [])
-    store.relabel("sha2", ["/docs/sha2.md"], ["legal"], [])
+    store.relabel("sha0", ["/docs/sha0.md"], ["handbook", "policy"], [], [])
+    store.relabel("sha2", ["/docs/sha2.md"], ["legal"], [], [])
     dense, sparse = points[0].dense, encode_query("pump")
     policy = Scope(("policy",)).conditions()
 

@@ -14,6 +14,7 @@ import pytest
 from rag_pipeline.errors import StoreLocked
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import (
+    Condition,
     IndexedDocument,
     IndexPoint,
     VectorStore,
@@ -71,7 +72,7 @@ def test_relabel_and_shard_state(store: VectorStore, points: list[IndexPoint]) -
         "sha0": IndexedDocument(3, ["/docs/sha0.md", "/mirror/sha0.md"], []),
         "sha1": IndexedDocument(3, ["/docs/sha1.md", "/mirror/sha1.md"], []),
     }
-    store.relabel("sha1", ["/moved/b.pdf"], ["contract", "legal"], [])
+    store.relabel("sha1", ["/moved/b.pdf"], ["contract", "legal"], [], [])
     assert store.shard_state("s0")["sha1"] == IndexedDocument(3, ["/moved/b.pdf"], ["contract", "legal"])
     hits = store.search_dense(points[0].dense, top_k=20)
     for hit in hits:
@@ -79,21 +80,21 @@ def test_relabel_and_shard_state(store: VectorStore, points: list[IndexPoint]) -
         expected = ["/moved/b.pdf"] if sha == "sha1" else [f"/docs/{sha}.md", f"/mirror/{sha}.md"]
         assert (hit.payload["paths"], hit.payload["path"]) == (expected, expected[0])
         assert hit.payload.get("tags", []) == (["contract", "legal"] if sha == "sha1" else [])
-    store.relabel("sha1", ["/moved/b.pdf"], [], [])
+    store.relabel("sha1", ["/moved/b.pdf"], [], [], [])
     assert store.shard_state("s0")["sha1"].tags == []
     assert store.shard_state("missing") == {}
     # Points of one document that disagree (a relabel that failed part way) match no labels, so sync redoes it.
     stale = dataclasses.replace(points[0], payload={**points[0].payload, "tags": ["stale"]})
     store.upsert([stale])
     assert store.shard_state("s0")["sha0"] == IndexedDocument(3, [], [])
-    store.relabel("sha0", ["/docs/sha0.md"], [], [])
+    store.relabel("sha0", ["/docs/sha0.md"], [], [], [])
     assert store.shard_state("s0")["sha0"] == IndexedDocument(3, ["/docs/sha0.md"], [])
 
 
 def test_tags_filter_matches_any_tag_of_a_point(store: VectorStore, points: list[IndexPoint]) -> None:
     store.upsert(points)
-    store.relabel("sha0", ["/docs/sha0.md"], ["handbook", "policy"], [])
-    store.relabel("sha2", ["/docs/sha2.md"], ["policy"], [])
+    store.relabel("sha0", ["/docs/sha0.md"], ["handbook", "policy"], [], [])
+    store.relabel("sha2", ["/docs/sha2.md"], ["policy"], [], [])
     dense, sparse = points[0].dense, encode_query("pump")
 
     def shas(hits: list) -> set[str]:
@@ -219,14 +220,29 @@ store = open_vector_store(data_dir=Path(sys.argv[1]), model_id={MODEL!r}, dimens
 """
 
 
+def test_field_labels_are_relabelled_and_filter_every_leg(store: VectorStore, points: list[IndexPoint]) -> None:
+    store.upsert(points)
+    store.relabel("sha1", ["/docs/sha1.md"], [], [], ["genre=puzzle", "themes=citrus", "themes=ocean"])
+    assert store.shard_state("s0")["sha1"].fields == ["genre=puzzle", "themes=citrus", "themes=ocean"]
+    citrus = [Condition("fields", "value", ("themes=citrus",))]
+    for hits in (store.search_dense(points[0].dense, top_k=10, filters=citrus),
+                 store.search_sparse(encode_query(TEXTS[0]), top_k=10, filters=citrus),
+                 store.search_hybrid(points[0].dense, encode_query(TEXTS[0]), top_k=10, filters=citrus)):
+        assert hits and {hit.payload["sha"] for hit in hits} == {"sha1"}
+    either = [Condition("fields", "any", ("genre=racing", "genre=puzzle"))]
+    assert {hit.payload["sha"] for hit in store.search_dense(points[0].dense, top_k=10, filters=either)} == {"sha1"}
+    store.relabel("sha1", ["/docs/sha1.md"], [], [], [])
+    assert store.search_dense(points[0].dense, top_k=10, filters=citrus) == []
+
+
 def test_edge_persists_across_processes(tmp_path: Path, points: list[IndexPoint]) -> None:
     store = open_store("edge", tmp_path)
     store.upsert(points)
-    store.relabel("sha2", ["/renamed.md"], ["kept"], ["docs"])
+    store.relabel("sha2", ["/renamed.md"], ["kept"], ["docs"], [])
     store.delete_shas(["sha3"])
     store.close()
     child = OPEN_IN_CHILD + "print(store.count(), tuple(store.shard_state('s1')['sha2']))\nstore.close()\n"
-    assert run_python(child, str(tmp_path)).stdout.strip() == "9 (3, ['/renamed.md'], ['kept'], ['docs'])"
+    assert run_python(child, str(tmp_path)).stdout.strip() == "9 (3, ['/renamed.md'], ['kept'], ['docs'], [])"
 
     store = open_store("edge", tmp_path)
     assert store.search_dense(points[1].dense, top_k=1)[0].id == points[1].id
@@ -253,7 +269,7 @@ def test_edge_second_process_gets_a_clear_lock_error(tmp_path: Path) -> None:
 
 def test_search_filters_prefix_heading_lists_and_unknown_keys(store: VectorStore, points: list[IndexPoint]) -> None:
     store.upsert(points)
-    store.relabel("sha2", ["/archive/2023/report.md", "/docs/reports/report.md"], [], [])
+    store.relabel("sha2", ["/archive/2023/report.md", "/docs/reports/report.md"], [], [], [])
     dense = points[0].dense
     # path_prefix matches any of a point's paths, character-wise.
     assert {hit.payload["sha"] for hit in store.search_dense(dense, 20, {"path_prefix": "/docs/sha"})} == {
@@ -328,7 +344,7 @@ def test_edge_store_adds_the_tags_index_to_an_older_shard(tmp_path: Path, points
     store = open_store("edge", tmp_path)
     try:
         assert store.path == shard_path and "tags" in store.info()["payload_indexes"]
-        store.relabel("sha0", ["/docs/sha0.md"], ["policy"], [])
+        store.relabel("sha0", ["/docs/sha0.md"], ["policy"], [], [])
         assert {hit.payload["sha"] for hit in store.search_dense(points[0].dense, 20, {"tags": "policy"})} == {"sha0"}
     finally:
         store.close()
