@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS rosters (name VARCHAR PRIMARY KEY, path VARCHAR, key 
 CREATE TABLE IF NOT EXISTS roster_values (roster VARCHAR NOT NULL, key VARCHAR NOT NULL, name VARCHAR NOT NULL,
     position INTEGER NOT NULL, kind VARCHAR NOT NULL, text_value VARCHAR, number_value DOUBLE, date_value TIMESTAMP,
     authoritative BOOLEAN);
+CREATE TABLE IF NOT EXISTS roster_links (sha VARCHAR NOT NULL, roster VARCHAR NOT NULL, key VARCHAR NOT NULL);
 CREATE TABLE IF NOT EXISTS reconciliation (roster VARCHAR, key VARCHAR, sha VARCHAR, path VARCHAR, field VARCHAR,
     status VARCHAR, document_value VARCHAR, roster_value VARCHAR);
 CREATE TABLE IF NOT EXISTS state (key VARCHAR PRIMARY KEY, value VARCHAR);
@@ -83,7 +84,9 @@ CREATE TABLE IF NOT EXISTS enrichments (sha VARCHAR NOT NULL, field VARCHAR NOT 
 """
 # Fields in one long, typed form (one row per value; a list has one row per element): the built-in facts of every
 # document, its stated and enriched fields, and the roster's columns joined by key, authoritative ones replacing
-# what the document states. `effective_fields` is what the metadata query tool reads.
+# what the document states. `effective_fields` is what the metadata query tool reads. Which document joins which
+# roster row is kept in the table roster_links (refreshed from the view roster_matches whenever fields or rosters
+# are written), so a query does not redo the join.
 VIEWS = """
 CREATE OR REPLACE VIEW builtin_fields AS
     SELECT sha, 'id' AS name, 'string' AS kind, sha AS text_value, NULL::DOUBLE AS number_value,
@@ -108,18 +111,21 @@ CREATE OR REPLACE VIEW roster_matches AS
     SELECT DISTINCT f.sha, r.name AS roster, f.text_value AS key FROM rosters r
     JOIN own_fields f ON f.name = r.document_key
     JOIN (SELECT DISTINCT roster, key FROM roster_values) k ON k.roster = r.name AND k.key = f.text_value;
+CREATE OR REPLACE VIEW roster_fields AS
+    SELECT m.sha, v.name, v.kind, v.text_value, v.number_value, v.date_value, 'roster:' || m.roster AS origin,
+        v.authoritative FROM roster_links m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key;
 CREATE OR REPLACE VIEW effective_fields AS
-    SELECT f.* FROM own_fields f WHERE NOT EXISTS (
-        SELECT 1 FROM roster_matches m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key
-        WHERE m.sha = f.sha AND v.name = f.name AND v.authoritative)
+    SELECT f.* FROM own_fields f
+        ANTI JOIN (SELECT DISTINCT sha, name FROM roster_fields WHERE authoritative) a USING (sha, name)
     UNION ALL
-    SELECT m.sha, v.name, v.kind, v.text_value, v.number_value, v.date_value, 'roster:' || m.roster
-    FROM roster_matches m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key
-    WHERE v.authoritative OR NOT EXISTS (SELECT 1 FROM own_fields f WHERE f.sha = m.sha AND f.name = v.name);
+    SELECT sha, name, kind, text_value, number_value, date_value, origin FROM roster_fields WHERE authoritative
+    UNION ALL
+    SELECT r.sha, r.name, r.kind, r.text_value, r.number_value, r.date_value, r.origin FROM roster_fields r
+        ANTI JOIN (SELECT DISTINCT sha, name FROM own_fields) o USING (sha, name) WHERE NOT r.authoritative;
 """
 TABLES = ("documents", "sources", "source_files", "refusals", "uploads", "run_documents", "chunks", "redactions",
-          "runs", "eval_runs", "document_fields", "field_errors", "rosters", "roster_values", "reconciliation",
-          "enrichments", "state", "builtin_fields", "own_fields", "roster_matches", "effective_fields")
+          "runs", "eval_runs", "document_fields", "field_errors", "rosters", "roster_values", "roster_links", "reconciliation",
+          "enrichments", "state", "builtin_fields", "own_fields", "roster_matches", "roster_fields", "effective_fields")
 FIELD_COLUMNS = ["sha", "name", "position", "kind", "text_value", "number_value", "date_value", "origin"]
 ROSTER_VALUE_COLUMNS = ["roster", "key", "name", "position", "kind", "text_value", "number_value", "date_value",
                         "authoritative"]
@@ -183,6 +189,18 @@ def migrate_to_sources(con: duckdb.DuckDBPyConnection) -> None:
     if table_exists(con, "source_errors"):
         con.execute("INSERT INTO refusals SELECT ?, path, reason, seen_at FROM source_errors", [DEFAULT_SOURCE])
         con.execute("DROP TABLE source_errors")
+
+
+def refresh_links(con: duckdb.DuckDBPyConnection, shas: list[str] | None = None) -> None:
+    """Recompute roster_links (of these documents, or of all) from the roster_matches view, in the caller's
+    transaction."""
+    if shas is None:
+        con.execute("DELETE FROM roster_links")
+        con.execute("INSERT INTO roster_links SELECT sha, roster, key FROM roster_matches")
+    else:
+        con.execute("DELETE FROM roster_links WHERE list_contains(?, sha)", [shas])
+        con.execute("INSERT INTO roster_links SELECT sha, roster, key FROM roster_matches WHERE list_contains(?, sha)",
+                    [shas])
 
 
 class Sidecar:
@@ -287,7 +305,7 @@ class Sidecar:
         if shas:
             with self.connect() as con:
                 con.execute("BEGIN TRANSACTION")
-                for table in ("documents", "document_fields", "field_errors"):
+                for table in ("documents", "document_fields", "field_errors", "roster_links"):
                     con.execute(f"DELETE FROM {table} WHERE list_contains(?, sha)", [shas])
                 con.execute("COMMIT")
 
@@ -333,6 +351,7 @@ class Sidecar:
             if rows:
                 con.register("incoming", pd.DataFrame(rows, columns=FIELD_COLUMNS, dtype=object))
                 con.execute(f"INSERT INTO document_fields SELECT {', '.join(FIELD_COLUMNS)} FROM incoming")
+            refresh_links(con)
             con.execute("COMMIT")
         return True
 
@@ -349,6 +368,15 @@ class Sidecar:
             if values:
                 con.register("incoming", pd.DataFrame(values, columns=ROSTER_VALUE_COLUMNS, dtype=object))
                 con.execute(f"INSERT INTO roster_values SELECT {', '.join(ROSTER_VALUE_COLUMNS)} FROM incoming")
+            refresh_links(con)
+            con.execute("COMMIT")
+
+    def refresh_roster_links(self) -> None:
+        """Recompute which document joins which roster row (a document's key may be a built-in field that a move
+        changed); the roster asset does this on every run."""
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            refresh_links(con)
             con.execute("COMMIT")
 
     def replace_reconciliation(self, rows: list[dict[str, Any]]) -> None:
@@ -386,6 +414,7 @@ class Sidecar:
                     frame = pd.DataFrame(errors, columns=["sha", "origin", "error"], dtype=object)
                     con.register("incoming_errors", frame)
                     con.execute("INSERT INTO field_errors SELECT sha, origin, error FROM incoming_errors")
+            refresh_links(con, shas)
             con.execute("COMMIT")
 
     def catalogued_shas(self, shard: str) -> set[str]:

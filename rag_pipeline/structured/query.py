@@ -79,12 +79,50 @@ class QueryResult:
                 "total_documents": self.total_documents, "timings_ms": self.timings_ms}
 
 
+REGISTRY_SQL = (
+    "SELECT name, kind, count(DISTINCT sha) AS documents, list(DISTINCT origin) AS origins FROM ("
+    "  SELECT sha, name, kind, split_part(origin, ':', 1) AS origin FROM document_fields"
+    "  UNION ALL SELECT l.sha, v.name, v.kind, 'roster' FROM roster_values v JOIN roster_links l USING (roster, key)"
+    ") GROUP BY name, kind")
+
+
+_registries: dict[Path, tuple[tuple, dict[str, RegistryField]]] = {}  # sidecar -> (its file state, registry)
+
+
+def file_state(path: Path) -> tuple:
+    """What changes whenever the file (or its write-ahead log) is written."""
+    def stat(file: Path) -> tuple[int, int] | None:
+        try:
+            info = file.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size
+    return stat(path), stat(path.with_name(path.name + ".wal"))
+
+
+def registry_of(con: duckdb.DuckDBPyConnection, settings: Settings, path: Path) -> dict[str, RegistryField]:
+    """The registry over `con` (the sidecar at `path`), reused while neither the sidecar nor the declarations
+    changed: it costs a scan of every field row."""
+    state = (file_state(path), file_state(Path(settings.sources_file)) if settings.sources_file else None)
+    cached = _registries.get(path)
+    if cached is not None and cached[0] == state:
+        return cached[1]
+    registry = build_registry(records(con.execute(REGISTRY_SQL)), declared_fields(settings))
+    _registries[path] = (state, registry)
+    return registry
+
+
 def load_registry(settings: Settings, sidecar: Sidecar) -> dict[str, RegistryField]:
-    """The fields the query tool accepts: built-ins, stored fields and declared ones (minus queryable: false)."""
-    stored = sidecar.query(
-        "SELECT name, kind, count(DISTINCT sha) AS documents, list(DISTINCT split_part(origin, ':', 1)) AS origins "
-        "FROM effective_fields WHERE origin <> 'builtin' GROUP BY name, kind")
-    return build_registry(stored, declared_fields(settings))
+    """The fields the query tool accepts: built-ins, stored fields (stated, enriched, roster columns of joined
+    documents) and declared ones (minus queryable: false)."""
+    with read_only(sidecar.path) as con:
+        return registry_of(con, settings, sidecar.path)
+
+
+def values_table(spec: RegistryField) -> str:
+    """Where a field's values are read: effective_fields when a roster supplies it (the join applies), else the
+    cheaper own_fields (the same rows for a field no roster touches)."""
+    return "effective_fields" if "roster" in spec.origins else "own_fields"
 
 
 def check_field(name: Any, registry: Mapping[str, RegistryField], role: str) -> RegistryField:
@@ -308,20 +346,22 @@ class QueryRunner:
         self.sidecar = sidecar
         self.timeout = timeout_seconds if timeout_seconds is not None else settings.query_timeout_seconds
 
-    def registry(self) -> dict[str, RegistryField]:
-        return load_registry(self.settings, self.sidecar)
-
     def run_json(self, body: Mapping[str, Any], scope: Scope | None = None) -> QueryResult:
-        registry = self.registry()
-        return self.run(parse_request(body, registry), registry, scope)
+        """Parse the request against the registry and run it, on one read-only connection."""
+        return self.run(body, None, scope)
 
-    def run(self, query: MetadataQuery, registry: Mapping[str, RegistryField],
+    def run(self, query: MetadataQuery | Mapping[str, Any], registry: Mapping[str, RegistryField] | None = None,
             scope: Scope | None = None) -> QueryResult:
+        """Run a parsed query (or a request body, parsed against the current registry) within the time limit."""
         started = time.perf_counter()
         with read_only(self.sidecar.path) as con:
             timer = threading.Timer(self.timeout, con.interrupt)
             timer.start()
             try:
+                if registry is None:
+                    registry = registry_of(con, self.settings, self.sidecar.path)
+                if not isinstance(query, MetadataQuery):
+                    query = parse_request(query, registry)
                 result = self._execute(con, query, registry, scope)
             except duckdb.InterruptException as error:
                 raise QueryTimeout(f"the query ran longer than {self.timeout:g} s and was stopped") from error
@@ -332,64 +372,59 @@ class QueryRunner:
 
     def _execute(self, con: duckdb.DuckDBPyConnection, query: MetadataQuery, registry: Mapping[str, RegistryField],
                  scope: Scope | None) -> QueryResult:
+        """The query as a few statements over two temporary tables: `matched` (the documents the where clauses and
+        the scope let through) and `picked` (the values of the field the operation reads, of those documents), so
+        the effective_fields view is evaluated once per clause and once for the field."""
         scoped, params = scope_condition(scope)
-        matched = f"SELECT sha FROM documents WHERE status = 'ok'{scoped}"
+        matched = f"SELECT sha, paths[1] AS path FROM documents WHERE status = 'ok'{scoped}"
         for clause in query.where:
             sql, clause_params = condition(clause, registry[clause.field].kind)
-            matched += f" AND sha IN (SELECT sha FROM effective_fields WHERE name = ? AND {sql})"
+            matched += f" AND sha IN (SELECT sha FROM {values_table(registry[clause.field])} WHERE name = ? AND {sql})"
             params += [clause.field, *clause_params]
+        con.execute(f"CREATE TEMP TABLE matched AS {matched}", params)
         limit = query.limit or (DEFAULT_TOP_N if query.op == "top_n" else DEFAULT_LIMIT)
-        cte = f"WITH matched AS ({matched}), docs AS (SELECT d.sha, d.paths[1] AS path FROM documents d " \
-              f"JOIN matched m USING (sha)) "
-        name = query.by if query.op in ("group_by", "top_n") and query.by and not (
-            query.op == "top_n" and query.field) else query.field
-        kind = registry[name].kind if name else None
-        rows: list[dict[str, Any]]
-        if query.op == "count":
-            total = con.execute(cte + "SELECT count(*) FROM docs", params).fetchone()[0]
-            rows, truncated = [{"count": total}], False
-            having = cte + "SELECT sha, path FROM docs"
-        elif query.op in ("distinct", "group_by") or (query.op == "top_n" and not query.field):
-            having = cte + "SELECT DISTINCT d.sha, d.path FROM docs d JOIN effective_fields f USING (sha) " \
-                           "WHERE f.name = ?"
-            order = {"number": "max(number_value)", "date": "max(date_value)"}.get(kind, "text_value")
-            grouped = records(con.execute(
-                cte + "SELECT text_value, max(number_value) AS number_value, count(DISTINCT sha) AS count "
-                f"FROM effective_fields WHERE name = ? AND sha IN (SELECT sha FROM docs) GROUP BY text_value "
-                f"ORDER BY {'count DESC, ' if query.op != 'distinct' else ''}{order}, text_value LIMIT ?",
-                params + [name, limit + 1]))
-            truncated = len(grouped) > limit
-            rows = [{"value": output_value(kind, row["text_value"], row["number_value"]),
-                     **({"count": row["count"]} if query.op != "distinct" else {})} for row in grouped[:limit]]
-            params = params + [name]
-        elif query.op == "top_n":
-            column = "number_value" if kind == "number" else "date_value"
-            ranked = records(con.execute(
-                cte + f"SELECT d.sha, d.path, max(f.{column}) AS best, arg_max(f.text_value, f.{column}) AS text "
-                "FROM docs d JOIN effective_fields f USING (sha) WHERE f.name = ? AND f." + column + " IS NOT NULL "
-                "GROUP BY d.sha, d.path ORDER BY best DESC, d.path LIMIT ?", params + [name, limit + 1]))
-            truncated = len(ranked) > limit
-            rows = [{"id": row["sha"], "path": row["path"],
-                     "value": output_value(kind, row["text"], row["best"] if kind == "number" else None)}
-                    for row in ranked[:limit]]
-            return QueryResult(query.op, rows, [{"id": r["id"], "path": r["path"]} for r in rows], truncated,
-                               len(rows))
-        else:  # list, lookup
-            listed = records(con.execute(cte + "SELECT sha, path FROM docs ORDER BY path LIMIT ?", params + [limit + 1]))
+        if query.op in ("list", "lookup"):
+            listed = records(con.execute("SELECT sha, path FROM matched ORDER BY path LIMIT ?", [limit + 1]))
             truncated = len(listed) > limit
             listed = listed[:limit]
-            fields = self._fields_of(con, [row["sha"] for row in listed], registry, name)
+            fields = self._fields_of(con, [row["sha"] for row in listed], registry, query.field)
             if query.op == "list":
                 rows = [{"id": row["sha"], "path": row["path"],
                          **{n: v["value"] for n, v in fields.get(row["sha"], {}).items()}} for row in listed]
             else:
-                rows = [self._lookup_row(con, row, fields.get(row["sha"], {}), name) for row in listed]
-            total = con.execute(cte + "SELECT count(*) FROM docs", params).fetchone()[0]
-            documents = [{"id": row["sha"], "path": row["path"]} for row in listed]
-            return QueryResult(query.op, rows, documents, truncated, total)
-        total = con.execute(f"SELECT count(*) FROM ({having})", params).fetchone()[0]
-        documents = records(con.execute(f"SELECT sha AS id, path FROM ({having}) ORDER BY path LIMIT ?",
-                                        params + [limit]))
+                rows = [self._lookup_row(con, row, fields.get(row["sha"], {}), query.field) for row in listed]
+            total = con.execute("SELECT count(*) FROM matched").fetchone()[0]
+            return QueryResult(query.op, rows, [{"id": row["sha"], "path": row["path"]} for row in listed],
+                               truncated, total)
+        if query.op == "count":
+            counted = "matched"
+            rows, truncated = [{"count": con.execute("SELECT count(*) FROM matched").fetchone()[0]}], False
+        else:
+            name = query.field if query.op == "top_n" and query.field else (query.by or query.field)
+            kind = registry[name].kind
+            con.execute("CREATE TEMP TABLE picked AS SELECT f.sha, m.path, f.text_value, f.number_value, f.date_value "
+                        f"FROM {values_table(registry[name])} f JOIN matched m USING (sha) WHERE f.name = ?", [name])
+            counted = "(SELECT DISTINCT sha, path FROM picked)"
+            if query.op == "top_n" and query.field:
+                column = "number_value" if kind == "number" else "date_value"
+                ranked = records(con.execute(
+                    f"SELECT sha, path, max({column}) AS best, arg_max(text_value, {column}) AS text FROM picked "
+                    f"WHERE {column} IS NOT NULL GROUP BY sha, path ORDER BY best DESC, path LIMIT ?", [limit + 1]))
+                rows = [{"id": row["sha"], "path": row["path"],
+                         "value": output_value(kind, row["text"], row["best"] if kind == "number" else None)}
+                        for row in ranked[:limit]]
+                return QueryResult(query.op, rows, [{"id": row["id"], "path": row["path"]} for row in rows],
+                                   len(ranked) > limit, len(rows))
+            order = {"number": "max(number_value)", "date": "max(date_value)"}.get(kind, "text_value")
+            grouped = records(con.execute(
+                "SELECT text_value, max(number_value) AS number_value, count(DISTINCT sha) AS count FROM picked "
+                f"GROUP BY text_value ORDER BY {'count DESC, ' if query.op != 'distinct' else ''}{order}, text_value "
+                "LIMIT ?", [limit + 1]))
+            truncated = len(grouped) > limit
+            rows = [{"value": output_value(kind, row["text_value"], row["number_value"]),
+                     **({"count": row["count"]} if query.op != "distinct" else {})} for row in grouped[:limit]]
+        total = con.execute(f"SELECT count(*) FROM {counted}").fetchone()[0]
+        documents = records(con.execute(f"SELECT sha AS id, path FROM {counted} ORDER BY path LIMIT ?", [limit]))
         return QueryResult(query.op, rows, documents, truncated or total > limit, total)
 
     @staticmethod

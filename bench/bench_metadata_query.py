@@ -1,0 +1,117 @@
+"""Latency of the metadata query tool on a generated 10,000-document sidecar (and more with --documents).
+
+The sidecar is filled the way ingest fills it (documents rows, typed field rows, a roster with authoritative
+columns), without converting or embedding anything: the figure is the query tool's own cost. Prints p50/p95 per
+operation (each run opens its read-only connection, as the CLI and the API do) and one JSON line of all figures.
+
+    .venv/bin/python bench/bench_metadata_query.py [--documents 10000] [--runs 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from datetime import date, datetime, timedelta
+from pathlib import Path
+
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.ingest.fields import FieldValue
+from rag_pipeline.settings import Settings
+from rag_pipeline.structured.query import QueryRunner
+from rag_pipeline.structured.registry import field_rows
+
+PUBLISHERS = ["Brightfield", "Northwind", "Lantern House", "Copperleaf", "Harbor", "Juniper", "Moss", "Quill"]
+GENRES = ["puzzle", "racing", "fishing", "strategy", "platformer", "simulation", "adventure", "roguelike"]
+THEMES = ["citrus", "ocean", "forest", "night", "desert", "winter", "music", "space", "kitchen", "garden"]
+QUERIES = {
+    "count": {"op": "count"},
+    "count_where_type": {"op": "count", "where": {"type": "pdf"}},
+    "count_where_list_and_range": {"op": "count", "where": {"themes": "citrus", "year": {"gte": 2022, "lte": 2024}}},
+    "count_where_date_year": {"op": "count", "where": {"signed": "2025"}},
+    "list_where_roster_field": {"op": "list", "where": {"publisher": "Northwind", "genre": "puzzle"}, "limit": 100},
+    "distinct_year": {"op": "distinct", "field": "year"},
+    "group_by_publisher": {"op": "group_by", "by": "publisher"},
+    "group_by_themes": {"op": "group_by", "by": "themes"},
+    "top_n_budget": {"op": "top_n", "field": "budget_k", "limit": 10},
+    "lookup_one": {"op": "lookup", "where": {"project_id": "P-04242"}},
+}
+
+
+def build(sidecar: Sidecar, documents: int, seed: int = 0) -> None:
+    """`documents` documents with about 9 stated fields each, and a roster of every project (publisher and genre
+    authoritative, 5% of documents disagreeing)."""
+    rng = random.Random(seed)
+    rows, fields, roster = [], [], []
+    start = datetime(2026, 1, 1)
+    for index in range(documents):
+        sha = f"{index:064x}"
+        doc_type = rng.choice(["md", "md", "md", "pdf", "docx", "html", "pptx"])
+        path = f"/corpus/{GENRES[index % len(GENRES)]}/{index:05d}.{doc_type}"
+        rows.append({"sha": sha, "shard": sha[0], "paths": [path], "sources": ["bench"], "rel_path": path[8:],
+                     "doc_type": doc_type, "tags": [], "status": "ok", "chars": rng.randint(500, 20000),
+                     "pages": rng.randint(1, 30) if doc_type == "pdf" else None,
+                     "ingested_at": start + timedelta(seconds=index)})
+        key = f"P-{index:05d}"
+        publisher, genre = rng.choice(PUBLISHERS), rng.choice(GENRES)
+        stated = {
+            "project_id": FieldValue("string", key, "front_matter"),
+            "title": FieldValue("string", f"Project {index}", "front_matter"),
+            "publisher": FieldValue("string", publisher if rng.random() > 0.05 else rng.choice(PUBLISHERS),
+                                    "front_matter"),
+            "genre": FieldValue("string", genre, "front_matter"),
+            "themes": FieldValue("list", rng.sample(THEMES, rng.randint(1, 3)), "front_matter"),
+            "year": FieldValue("number", float(rng.randint(2018, 2026)), "front_matter"),
+            "budget_k": FieldValue("number", round(rng.uniform(10, 5000), 1), "front_matter"),
+            "signed": FieldValue("date", (date(2019, 1, 1) + timedelta(days=rng.randint(0, 2500))).isoformat(),
+                                 "front_matter"),
+            "status": FieldValue("string", rng.choice(["released", "in development", "cancelled"]), "front_matter"),
+        }
+        fields += field_rows(sha, stated)
+        for name, value in (("publisher", publisher), ("genre", genre), ("team", f"team-{index % 40}")):
+            roster.append({"roster": "projects", "key": key, "name": name, "position": 0, "kind": "string",
+                           "text_value": value, "number_value": None, "date_value": None,
+                           "authoritative": name != "team"})
+    sidecar.upsert(rows)
+    sidecar.replace_fields(fields, [row["sha"] for row in rows])
+    sidecar.replace_roster("projects", {"name": "projects", "path": "projects.csv", "key": "project_id",
+                                        "document_key": "project_id", "authoritative": ["publisher", "genre"],
+                                        "sha": "bench", "rows": documents, "problems": []}, roster)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--documents", type=int, default=10_000)
+    parser.add_argument("--runs", type=int, default=50)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        settings = Settings(data_dir=Path(folder))
+        sidecar = Sidecar(settings.sidecar_path)
+        begin = time.perf_counter()
+        build(sidecar, args.documents)
+        print(f"built a sidecar of {args.documents:,} documents in {time.perf_counter() - begin:.1f} s "
+              f"({sidecar.query('SELECT count(*) AS n FROM document_fields')[0]['n']:,} field rows)")
+        runner = QueryRunner(settings, sidecar)
+        figures: dict[str, dict[str, float]] = {}
+        print(f"{'query':28} {'p50 ms':>8} {'p95 ms':>8}  result")
+        for name, body in QUERIES.items():
+            runner.run_json(body)  # warm the file cache
+            timings = []
+            for _ in range(args.runs):
+                started = time.perf_counter()
+                result = runner.run_json(body)
+                timings.append((time.perf_counter() - started) * 1000)
+            timings.sort()
+            p50, p95 = statistics.median(timings), timings[int(0.95 * (len(timings) - 1))]
+            figures[name] = {"p50_ms": round(p50, 2), "p95_ms": round(p95, 2)}
+            shown = result.rows[0] if result.rows else {}
+            print(f"{name:28} {p50:8.1f} {p95:8.1f}  {len(result.rows)} rows, {result.total_documents} documents, "
+                  f"first {json.dumps(shown, default=str)[:60]}")
+        print(json.dumps({"documents": args.documents, "runs": args.runs, "queries": figures}))
+
+
+if __name__ == "__main__":
+    main()
