@@ -326,7 +326,12 @@ def test_openapi_documents_the_bodies(api: str) -> None:
     assert set(search) == {"query", "top_k", "filters"} and schemas["SearchRequest"]["required"] == ["query"]
     assert (search["top_k"]["minimum"], search["top_k"]["maximum"]) == (1, MAX_API_TOP_K)
     assert search["top_k"]["default"] == Settings().top_k
-    assert search["filters"]["anyOf"][0]["propertyNames"]["enum"] == list(FILTER_KEYS)
+    # keys: the built-in filter fields or a declared filterable document field (the retriever checks which)
+    assert list(search["filters"]["anyOf"][0]["patternProperties"]) == ["^[a-z][a-z0-9_]{0,63}$"]
+    assert all(key in search["filters"]["description"] for key in FILTER_KEYS)
+    query = schemas["QueryRequest"]
+    assert query["additionalProperties"] is False and query["required"] == ["op"]
+    assert query["properties"]["op"]["enum"] == ["count", "list", "distinct", "group_by", "top_n", "lookup"]
     assert set(schemas["AskRequest"]["properties"]) == {"question", "top_k", "filters"}
     assert schemas["IngestRequest"]["properties"] == {}  # no paths from a client
     assert doc["paths"]["/search"]["post"]["responses"]["200"]["content"]["application/json"]["schema"] == {

@@ -22,7 +22,8 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.llm import build_llm
 from rag_pipeline.serve.inspect import inspect
 from rag_pipeline.settings import Settings
-from rag_pipeline.structured.enrich import Enricher
+from rag_pipeline.structured.enrich import Enricher, stale_enrichments
+from rag_pipeline.structured.query import QueryRunner
 from rag_pipeline_tests.fake_ollama import FakeOllama
 
 CATALOG = Path(__file__).resolve().parents[1] / "golden" / "catalog"
@@ -134,3 +135,50 @@ def test_llm_enrichment_is_validated_cached_and_falls_back(tmp_path: Path, monke
     rows, _ = inspect(offline, argparse.Namespace(view="fields", document="tides.md"))
     shown = {row["field"]: row for row in rows}
     assert shown["genre"]["origin"].startswith("classify:") and shown["type"]["value"] == "md"
+
+
+def test_keys_numbers_builtin_columns_errors_and_an_llm_outage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              fake_ollama: FakeOllama) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("---\nkey: K1\nyear: 7\ngenre: x\n---\n# A\n\nFirst text about apples.\n")
+    (docs / "b.md").write_text("---\nkey: K2\nyear: '07'\n---\n# B\n\nSecond text about bananas.\n")
+    (docs / "c.md").write_text("---\nkey: [K1, K2]\nyear: 7.0\n---\n# C\n\nThird text about cherries.\n")
+    (docs / "d.md").write_text("---\nkey: [K1\n---\n# D\n\nFourth text about dates.\n")
+    (tmp_path / "roster.csv").write_text("key,name,genre\nK1,Alpha,x\nK2,Beta,y\nK3,Gamma,z\n")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  s: {{roots: [{docs}]}}\nroster:\n  - {{path: roster.csv, key: key, "
+                       "document_key: key, authoritative: [genre]}\nfields:\n  blurb: {from: llm}\n")
+    monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
+    settings = Settings(data_dir=tmp_path / "data")
+    ingest(data_dir=settings.data_dir)
+    sidecar = Sidecar(settings.sidecar_path)
+    status = {(Path(row["path"]).name if row["path"] else row["key"]): row["status"] for row in sidecar.query(
+        "SELECT path, key, status FROM reconciliation")}
+    assert status == {"a.md": "MATCH", "b.md": "NOT_STATED", "c.md": "AMBIGUOUS_KEY", "K3": "ROSTER_ONLY"}
+    runner = QueryRunner(settings, sidecar)
+    # 7, '07' and 7.0 are one number; the ambiguous document joins no roster row.
+    assert runner.run_json({"op": "group_by", "by": "year"}).rows == [{"value": 7, "count": 3}]
+    assert runner.run_json({"op": "lookup", "field": "genre", "where": {"name": "c.md"}}).rows[0]["value"] is None
+    # A roster column named like a built-in field is roster_<column>; the built-in keeps its meaning.
+    alpha = runner.run_json({"op": "lookup", "where": {"name": "a.md"}}).rows[0]["fields"]
+    assert alpha["roster_name"]["value"] == "Alpha" and alpha["name"]["value"] == "a.md"
+    # Re-redacting a document does not duplicate its field errors.
+    (sha,) = [row["sha"] for row in sidecar.query("SELECT sha FROM documents WHERE paths[1] LIKE '%d.md'")]
+    for artifact in (settings.artifacts_dir / "redacted").glob(f"*/{sha}.*"):
+        artifact.unlink()
+    ingest(data_dir=settings.data_dir)
+    assert len(sidecar.query("SELECT * FROM field_errors WHERE sha = ?", [sha])) == 1
+    # An LLM that is down is not the documents' fault: nothing is cached, a later run enriches them.
+    monkeypatch.setenv("RAG_OLLAMA_URL", fake_ollama.url)
+    monkeypatch.setenv("RAG_LLM_RETRIES", "0")
+    online = Settings(data_dir=tmp_path / "data")
+    fake_ollama.fail_next = 100
+    down = Enricher(online, sidecar, lambda: None, build_llm(online)).run()
+    assert down.failed == 4 and len(fake_ollama.bodies("/api/chat")) <= 1  # it stops asking after the first failure
+    assert stale_enrichments(online, sidecar, build_llm(online)) == ["blurb"]
+    fake_ollama.fail_next = 0
+    fake_ollama.reply = lambda messages: '{"value": "a fruit"}'
+    up = Enricher(online, sidecar, lambda: None, build_llm(online)).run()
+    assert up.failed == 0 and up.fields["blurb"].computed == 4
+    assert stale_enrichments(online, sidecar, build_llm(online)) == []

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -24,7 +25,7 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
-from rag_pipeline.structured.query import QueryRunner, read_only
+from rag_pipeline.structured.query import QueryRunner
 from rag_pipeline_tests.test_api import running_api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -143,7 +144,7 @@ def test_row_limits_and_truncation(catalog: Settings) -> None:
 
 
 def test_the_connection_is_read_only_without_external_access(catalog: Settings) -> None:
-    with read_only(catalog.sidecar_path) as con:
+    with Sidecar(catalog.sidecar_path).read_only() as con:
         for sql in ("CREATE TABLE x (i INTEGER)", "DELETE FROM documents", "SELECT * FROM read_csv('/etc/passwd')",
                     "SET enable_external_access = true", "COPY documents TO '/tmp/leak.csv'"):
             with pytest.raises(duckdb.Error):
@@ -254,3 +255,26 @@ def test_http_query_and_fields(catalog: Settings) -> None:
         by_name = {field["name"]: field for field in fields["fields"]}
         assert by_name["genre"]["filterable"] and by_name["year"]["type"] == "number"
         assert by_name["mood"]["enriched_by"] == "classify" and by_name["type"]["builtin"]
+        assert by_name["project_id"]["documents"] == 27
+        # A key scoped to another source sees no stored field of these documents (declared ones are config).
+        hidden = httpx.get(f"{url}/fields", headers={"Authorization": f"Bearer {tokens['other']}"}, timeout=30)
+        assert "project_id" not in {field["name"] for field in hidden.json()["fields"]}
+        refused = post(tokens["other"], {"op": "count", "where": {"project_id": "P-001"}})
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "unknown_field"
+        bad = httpx.post(f"{url}/query", content=b'{"op": "count", "where": {"title": "\\ud800"}}', timeout=30,
+                         headers={"Authorization": f"Bearer {tokens['all']}", "Content-Type": "application/json"})
+        assert bad.status_code == 400, bad.text  # a lone surrogate, escaped in the JSON
+        flag = post(tokens["all"], {"op": "count", "where": {"year": True}})
+        assert flag.status_code == 400 and flag.json()["error"]["code"] == "invalid_where"
+
+        # Concurrent queries while the same process writes the sidecar: no request fails.
+        def hammer(index: int) -> list[int]:
+            return [post(tokens["all"], {"op": "group_by", "by": "genre" if index % 2 else "themes"}).status_code
+                    for _ in range(8)]
+
+        with ThreadPoolExecutor(6) as pool:
+            statuses = pool.map(hammer, range(6))
+            sidecar = Sidecar(catalog.sidecar_path)
+            for round_ in range(10):
+                sidecar.set_state("bench", str(round_))
+            assert [status for batch in statuses for status in batch] == [200] * 48

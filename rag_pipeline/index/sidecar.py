@@ -8,8 +8,9 @@ the file: the API's threads read it while an ingest writes it).
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+
+from rag_pipeline.errors import StoreUnavailable
 
 DOCUMENT_COLUMNS: dict[str, str] = {
     "sha": "VARCHAR PRIMARY KEY",
@@ -84,7 +87,8 @@ CREATE TABLE IF NOT EXISTS enrichments (sha VARCHAR NOT NULL, field VARCHAR NOT 
 """
 # Fields in one long, typed form (one row per value; a list has one row per element): the built-in facts of every
 # document, its stated and enriched fields, and the roster's columns joined by key, authoritative ones replacing
-# what the document states. `effective_fields` is what the metadata query tool reads. Which document joins which
+# what the document states (a document whose key field holds several values joins no row: its key is ambiguous).
+# `effective_fields` is what the metadata query tool reads. Which document joins which
 # roster row is kept in the table roster_links (refreshed from the view roster_matches whenever fields or rosters
 # are written), so a query does not redo the join.
 VIEWS = """
@@ -108,9 +112,10 @@ CREATE OR REPLACE VIEW own_fields AS
     SELECT * FROM builtin_fields
     UNION ALL SELECT sha, name, kind, text_value, number_value, date_value, origin FROM document_fields;
 CREATE OR REPLACE VIEW roster_matches AS
-    SELECT DISTINCT f.sha, r.name AS roster, f.text_value AS key FROM rosters r
+    SELECT f.sha, r.name AS roster, f.text_value AS key FROM rosters r
     JOIN own_fields f ON f.name = r.document_key
-    JOIN (SELECT DISTINCT roster, key FROM roster_values) k ON k.roster = r.name AND k.key = f.text_value;
+    JOIN (SELECT DISTINCT roster, key FROM roster_values) k ON k.roster = r.name AND k.key = f.text_value
+    WHERE (SELECT count(*) FROM own_fields g WHERE g.sha = f.sha AND g.name = f.name) = 1;
 CREATE OR REPLACE VIEW roster_fields AS
     SELECT m.sha, v.name, v.kind, v.text_value, v.number_value, v.date_value, 'roster:' || m.roster AS origin,
         v.authoritative FROM roster_links m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key;
@@ -191,6 +196,81 @@ def migrate_to_sources(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("DROP TABLE source_errors")
 
 
+READ_ONLY_CONFIG = {"enable_external_access": False, "lock_configuration": True, "threads": 1, "max_memory": "512MB"}
+READ_ONLY_WAIT_SECONDS = 5.0
+
+
+class ModeGate:
+    """Connections of one process to one DuckDB file all need the same configuration (DuckDB refuses to open a
+    file twice with different ones), so read-write and read-only connections take turns: any number of one mode
+    at a time; a mode that is waiting stops new connections of the other mode (neither starves)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._mode: str | None = None
+        self._open = 0
+        self._waiting: dict[str, int] = {}
+        self._local = threading.local()  # the mode this thread holds
+
+    @contextmanager
+    def hold(self, mode: str, timeout: float, path: Path) -> Iterator[None]:
+        held = getattr(self._local, "mode", None)
+        if held is not None:  # this thread holds the gate already: nest in the same mode only
+            if held != mode:
+                raise RuntimeError(f"a {mode} connection to {path} opened inside a {held} one")
+            yield
+            return
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            self._waiting[mode] = self._waiting.get(mode, 0) + 1
+            try:
+                while not (self._open == 0 or (self._mode == mode and not self._others_waiting(mode))):
+                    if not self._condition.wait(timeout=max(0.0, deadline - time.monotonic())) and \
+                            time.monotonic() >= deadline:
+                        raise StoreUnavailable(f"the metadata sidecar {path} stayed busy for {timeout:g} s")
+            finally:
+                self._waiting[mode] -= 1
+            self._mode, self._open = mode, self._open + 1
+        self._local.mode = mode
+        try:
+            yield
+        finally:
+            self._local.mode = None
+            with self._condition:
+                self._open -= 1
+                self._condition.notify_all()
+
+    def _others_waiting(self, mode: str) -> bool:
+        return any(count for other, count in self._waiting.items() if other != mode)
+
+
+_gates: dict[Path, ModeGate] = {}
+_gates_lock = threading.Lock()
+
+
+def gate_for(path: Path) -> ModeGate:
+    with _gates_lock:
+        return _gates.setdefault(Path(path).resolve(), ModeGate())
+
+
+def open_retrying(opener: Callable[[], duckdb.DuckDBPyConnection], path: Path,
+                  timeout: float) -> duckdb.DuckDBPyConnection:
+    """A new connection; retried while another thread of this process attaches or detaches the file (DuckDB's
+    instance cache) or another process holds its lock."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return opener()
+        except duckdb.ResourceInUseException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise StoreUnavailable(f"the metadata sidecar {path} is locked by another process: {exc}") from exc
+            time.sleep(0.2)
+
+
 def refresh_links(con: duckdb.DuckDBPyConnection, shas: list[str] | None = None) -> None:
     """Recompute roster_links (of these documents, or of all) from the roster_matches view, in the caller's
     transaction."""
@@ -217,33 +297,32 @@ class Sidecar:
             con.execute(SCHEMA)
             add_missing_columns(con)
             con.execute(VIEWS)
+            refresh_links(con)
             if not had_sources:
                 migrate_to_sources(con)
             con.execute("COMMIT")
 
     @contextmanager
     def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        deadline = time.monotonic() + LOCK_RETRY_SECONDS
-        while True:
+        """A read-write connection (retried briefly while another process holds the file)."""
+        with gate_for(self.path).hold("read-write", LOCK_RETRY_SECONDS, self.path):
+            con = open_retrying(lambda: duckdb.connect(str(self.path)), self.path, LOCK_RETRY_SECONDS)
             try:
-                con = duckdb.connect(str(self.path))
-                break
-            except duckdb.ResourceInUseException:
-                # Another thread of this process is attaching or detaching the same file at this moment (DuckDB's
-                # instance cache): try again shortly.
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-            except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the metadata sidecar {self.path} is locked by another process: {exc}"
-                    ) from exc
-                time.sleep(0.2)
-        try:
-            yield con
-        finally:
-            con.close()
+                yield con
+            finally:
+                con.close()
+
+    @contextmanager
+    def read_only(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection with external access off and its configuration locked (what the metadata query
+        tool runs on): it can read the sidecar's tables and nothing else, and change nothing."""
+        with gate_for(self.path).hold("read-only", READ_ONLY_WAIT_SECONDS, self.path):
+            con = open_retrying(lambda: duckdb.connect(str(self.path), read_only=True, config=READ_ONLY_CONFIG),
+                                self.path, READ_ONLY_WAIT_SECONDS)
+            try:
+                yield con
+            finally:
+                con.close()
 
     def documents(self, shards: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         """sha -> row, for the given shards (all when None)."""
@@ -389,10 +468,11 @@ class Sidecar:
             con.execute("COMMIT")
 
     def replace_fields(self, rows: list[dict[str, Any]], shas: list[str], origins: list[str] | None = None,
-                       names: list[str] | None = None, errors: list[dict[str, Any]] | None = None) -> None:
+                       names: list[str] | None = None, errors: list[dict[str, Any]] | None = None,
+                       error_origin: str = "extract") -> None:
         """Replace the field rows (FIELD_COLUMNS dicts) of these documents in one transaction: all of them, or only
-        those of the given `origins` or `names`; with `errors` (sha, origin, error dicts), their field errors of
-        those origins too."""
+        those of the given `origins` or `names`; with `errors` (sha, origin, error dicts), also their field errors
+        of `error_origin`."""
         if not shas:
             return
         condition, params = "list_contains(?, sha)", [shas]
@@ -407,9 +487,7 @@ class Sidecar:
                 con.register("incoming_fields", pd.DataFrame(rows, columns=FIELD_COLUMNS, dtype=object))
                 con.execute(f"INSERT INTO document_fields SELECT {', '.join(FIELD_COLUMNS)} FROM incoming_fields")
             if errors is not None:
-                con.execute("DELETE FROM field_errors WHERE list_contains(?, sha)"
-                            + (" AND list_contains(?, origin)" if origins is not None else ""),
-                            [shas] + ([origins] if origins is not None else []))
+                con.execute("DELETE FROM field_errors WHERE list_contains(?, sha) AND origin = ?", [shas, error_origin])
                 if errors:
                     frame = pd.DataFrame(errors, columns=["sha", "origin", "error"], dtype=object)
                     con.register("incoming_errors", frame)

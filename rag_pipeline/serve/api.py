@@ -296,6 +296,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     runtime = Runtime(settings, retriever)
     SearchBody = models.with_default_top_k(SearchRequest, settings.top_k)
     AskBody = models.with_default_top_k(AskRequest, settings.top_k)
+    sidecar = Sidecar(settings.sidecar_path)
+    query_runner = QueryRunner(settings, sidecar)
     bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest,
               "/query": QueryRequest}  # route -> its body model
     auth = Auth(settings)  # with API keys: reader for search, ask, metrics and the schema; ingester for ingest
@@ -352,14 +354,14 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     async def query(body: QueryRequest, scope: Annotated[KeyScope | None, reader]) -> Response:
         """An exact answer over document fields: count, list, distinct, group_by, top_n or lookup, on a read-only
         connection with row and time limits; a key's scope limits the documents it counts."""
-        runner = QueryRunner(settings, Sidecar(settings.sidecar_path))
-        result = await run_in_threadpool(runner.run_json, body.model_dump(exclude_none=True), scope)
+        result = await run_in_threadpool(query_runner.run_json, body.model_dump(exclude_none=True), scope)
         return JSONResponse(result.to_json())
 
     @app.get("/fields", responses=ERROR_RESPONSES)
-    async def fields(_: Annotated[KeyScope | None, reader]) -> Response:
-        """The fields /query accepts and their types, counts and origins (declared filterable ones filter /search)."""
-        registry = await run_in_threadpool(load_registry, settings, Sidecar(settings.sidecar_path))
+    async def fields(scope: Annotated[KeyScope | None, reader]) -> Response:
+        """The fields /query accepts and their types, counts and origins over the documents the key may see
+        (declared filterable ones filter /search)."""
+        registry = await run_in_threadpool(load_registry, settings, sidecar, scope)
         return JSONResponse({"fields": [field.to_json() for field in registry.values()]})
 
     @app.post("/ask", response_class=StreamingResponse, responses={

@@ -11,7 +11,7 @@ import reprlib
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictStr, create_model
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, create_model
 
 from rag_pipeline.errors import InputError
 from rag_pipeline.index.vector_store import FILTER_KEYS
@@ -67,7 +67,8 @@ class AskRequest(StrictBody):
     filters: Filters | None = Field(None, description=FILTERS_DESCRIPTION)
 
 
-WhereValue = str | float | int | list[str | float | int] | dict[str, str | float | int | list[str | float | int]]
+WhereScalar = Annotated[String | StrictInt | StrictFloat, Field(union_mode="left_to_right")]
+WhereValue = WhereScalar | list[WhereScalar] | dict[str, WhereScalar | list[WhereScalar]]
 
 
 class QueryRequest(StrictBody):

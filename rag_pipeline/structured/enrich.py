@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rag_pipeline.embedder import Embedder
+from rag_pipeline.errors import RagError, Unavailable
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.embed import read_vectors
 from rag_pipeline.ingest.fields import FieldValue, coerce, typed_value
@@ -166,6 +167,7 @@ class Enricher:
         self.embedder = embedder  # built only when a classify field has documents to do
         self.llm = llm
         self._label_vectors: dict[str, np.ndarray] = {}
+        self._model_down: str | None = None  # why the LLM is not answering in this run
 
     def run(self) -> EnrichmentReport:
         report = EnrichmentReport()
@@ -184,7 +186,15 @@ class Enricher:
                 if sha in cached:
                     outcome.cached += 1
                     continue
-                value, error = self._enrich(spec, method, shard, sha)
+                if self._model_down is not None and method == "llm":
+                    outcome.failed[sha] = self._model_down  # not cached: a later run asks again
+                    continue
+                try:
+                    value, error = self._enrich(spec, method, shard, sha)
+                except Unavailable as down:  # the model server, not the document: stop asking it in this run
+                    self._model_down = f"not enriched: {down}"[:300]
+                    outcome.failed[sha] = self._model_down
+                    continue
                 outcome.computed += 1
                 cached[sha] = {"sha": sha, "value": json.dumps(value.to_json()) if value else None, "error": error}
                 new_rows.append({"sha": sha, "field": spec.name, "model": model, "schema_hash": digest,
@@ -192,7 +202,8 @@ class Enricher:
             self.sidecar.record_enrichments(new_rows)
             values = {sha: FieldValue.from_json(json.loads(row["value"])) for sha, row in cached.items()
                       if sha in documents and row["value"]}
-            outcome.failed = {sha: row["error"] for sha, row in cached.items() if sha in documents and row["error"]}
+            outcome.failed.update({sha: row["error"] for sha, row in cached.items()
+                                   if sha in documents and row["error"]})
             origin = f"{method}:{model}" if method != "lead" else "lead"
             rows = [row for sha, value in values.items()
                     for row in field_rows(sha, {spec.name: FieldValue(value.kind, value.value, origin)})]
@@ -200,7 +211,8 @@ class Enricher:
         return report
 
     def _enrich(self, spec: FieldSpec, method: str, shard: str, sha: str) -> tuple[FieldValue | None, str | None]:
-        """(value, None) or (None, the reason it failed); one document's failure never stops the others."""
+        """(value, None) or (None, the reason this document failed), which is cached; one document's failure never
+        stops the others. A model that is unavailable raises Unavailable: that is not the document's failure."""
         try:
             if method == "classify":
                 return self._classify(spec, shard, sha), None
@@ -211,10 +223,12 @@ class Enricher:
                     return None, "no body text to take a lead from"
                 return coerce(FieldValue("string", text, "lead"), spec.kind or "string"), None
             return self._ask_llm(spec, markdown), None
+        except Unavailable:
+            raise
         except (OSError, ValueError) as error:
             return None, str(error)[:300]
-        except Exception as error:  # a model server failing for one document is recorded, not raised
-            return None, f"{type(error).__name__}: {str(error)[:300]}"
+        except RagError as error:  # a malformed answer to this document's request
+            return None, f"{error.code}: {str(error)[:300]}"
 
     def _classify(self, spec: FieldSpec, shard: str, sha: str) -> FieldValue:
         try:

@@ -19,8 +19,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any, Literal
 
 import duckdb
 
-from rag_pipeline.errors import InputError, QueryTimeout, StoreUnavailable
+from rag_pipeline.errors import InputError, QueryTimeout
 from rag_pipeline.index.sidecar import Sidecar, records
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.ingest.fields import FieldKind, text_kind
@@ -83,10 +82,11 @@ REGISTRY_SQL = (
     "SELECT name, kind, count(DISTINCT sha) AS documents, list(DISTINCT origin) AS origins FROM ("
     "  SELECT sha, name, kind, split_part(origin, ':', 1) AS origin FROM document_fields"
     "  UNION ALL SELECT l.sha, v.name, v.kind, 'roster' FROM roster_values v JOIN roster_links l USING (roster, key)"
-    ") GROUP BY name, kind")
+    ") WHERE sha IN (SELECT sha FROM documents WHERE true{scope}) GROUP BY name, kind")
 
 
-_registries: dict[Path, tuple[tuple, dict[str, RegistryField]]] = {}  # sidecar -> (its file state, registry)
+# (sidecar, scope) -> (the sidecar's file state, the registry)
+_registries: dict[tuple[Path, Scope | None], tuple[tuple, dict[str, RegistryField]]] = {}
 
 
 def file_state(path: Path) -> tuple:
@@ -100,23 +100,27 @@ def file_state(path: Path) -> tuple:
     return stat(path), stat(path.with_name(path.name + ".wal"))
 
 
-def registry_of(con: duckdb.DuckDBPyConnection, settings: Settings, path: Path) -> dict[str, RegistryField]:
-    """The registry over `con` (the sidecar at `path`), reused while neither the sidecar nor the declarations
-    changed: it costs a scan of every field row."""
+def registry_of(con: duckdb.DuckDBPyConnection, settings: Settings, path: Path,
+                scope: Scope | None = None) -> dict[str, RegistryField]:
+    """The registry over `con` (the sidecar at `path`): the stored fields of the documents `scope` lets a key see
+    (and every declared one); reused while neither the sidecar nor the declarations changed, since it costs a scan
+    of every field row."""
     state = (file_state(path), file_state(Path(settings.sources_file)) if settings.sources_file else None)
-    cached = _registries.get(path)
+    cached = _registries.get((path, scope))
     if cached is not None and cached[0] == state:
         return cached[1]
-    registry = build_registry(records(con.execute(REGISTRY_SQL)), declared_fields(settings))
-    _registries[path] = (state, registry)
+    scoped, params = scope_condition(scope)
+    registry = build_registry(records(con.execute(REGISTRY_SQL.format(scope=scoped), params)),
+                              declared_fields(settings))
+    _registries[(path, scope)] = (state, registry)
     return registry
 
 
-def load_registry(settings: Settings, sidecar: Sidecar) -> dict[str, RegistryField]:
+def load_registry(settings: Settings, sidecar: Sidecar, scope: Scope | None = None) -> dict[str, RegistryField]:
     """The fields the query tool accepts: built-ins, stored fields (stated, enriched, roster columns of joined
-    documents) and declared ones (minus queryable: false)."""
-    with read_only(sidecar.path) as con:
-        return registry_of(con, settings, sidecar.path)
+    documents; of the documents in `scope`) and declared ones (minus queryable: false)."""
+    with sidecar.read_only() as con:
+        return registry_of(con, settings, sidecar.path, scope)
 
 
 def values_table(spec: RegistryField) -> str:
@@ -155,9 +159,15 @@ def date_bounds(text: str) -> tuple[datetime, datetime]:
 
 def typed_input(value: Any, spec: RegistryField, clause_field: str) -> Any:
     """A where value read as the field's type: a float for numbers, (start, end) for dates, a string otherwise."""
-    if isinstance(value, (dict, list)):
+    if isinstance(value, (dict, list)) or value is None:
         raise InputError(f"where {clause_field!r}: a value must be a string, number or date, got {value!r}",
                          code="invalid_where")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InputError(f"where {clause_field!r}: the value is not valid Unicode text (a lone surrogate)",
+                             code="invalid_where") from error
     try:
         if spec.kind == "number":
             if isinstance(value, bool):
@@ -206,6 +216,8 @@ def parse_clause(name: str, value: Any, registry: Mapping[str, RegistryField]) -
         if key == "contains":
             if spec.kind not in ("list", "string"):
                 raise InputError(f"where {name!r}: contains needs a list or string field", code="invalid_where")
+            if not isinstance(inner, (str, int, float)) or isinstance(inner, bool):
+                raise InputError(f"where {name!r}: contains takes one string, got {inner!r}", code="invalid_where")
             return Clause(name, "contains" if spec.kind == "string" else "eq", (str(inner).strip(),))
         value = inner
     return Clause(name, "eq", (typed_input(value, spec, name),))
@@ -318,26 +330,6 @@ def scope_condition(scope: Scope | None) -> tuple[str, list[Any]]:
     return "".join(f" AND {part}" for part in parts), params
 
 
-@contextmanager
-def read_only(path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to the sidecar with external access off and the configuration locked; retried briefly
-    while a writer (another process, or a write connection of this one) holds the file."""
-    deadline = time.monotonic() + CONNECT_RETRY_SECONDS
-    while True:
-        try:
-            con = duckdb.connect(str(path), read_only=True, config={
-                "enable_external_access": False, "lock_configuration": True, "threads": 1, "max_memory": "512MB"})
-            break
-        except (duckdb.ConnectionException, duckdb.IOException) as error:
-            if time.monotonic() > deadline:
-                raise StoreUnavailable(f"the metadata sidecar {path} is busy: {error}") from error
-            time.sleep(0.02)
-    try:
-        yield con
-    finally:
-        con.close()
-
-
 class QueryRunner:
     """Compiles and runs MetadataQuery objects against one sidecar."""
 
@@ -354,12 +346,12 @@ class QueryRunner:
             scope: Scope | None = None) -> QueryResult:
         """Run a parsed query (or a request body, parsed against the current registry) within the time limit."""
         started = time.perf_counter()
-        with read_only(self.sidecar.path) as con:
+        with self.sidecar.read_only() as con:
             timer = threading.Timer(self.timeout, con.interrupt)
             timer.start()
             try:
                 if registry is None:
-                    registry = registry_of(con, self.settings, self.sidecar.path)
+                    registry = registry_of(con, self.settings, self.sidecar.path, scope)
                 if not isinstance(query, MetadataQuery):
                     query = parse_request(query, registry)
                 result = self._execute(con, query, registry, scope)
@@ -413,13 +405,16 @@ class QueryRunner:
                 rows = [{"id": row["sha"], "path": row["path"],
                          "value": output_value(kind, row["text"], row["best"] if kind == "number" else None)}
                         for row in ranked[:limit]]
+                total = con.execute(f"SELECT count(DISTINCT sha) FROM picked WHERE {column} IS NOT NULL").fetchone()[0]
                 return QueryResult(query.op, rows, [{"id": row["id"], "path": row["path"]} for row in rows],
-                                   len(ranked) > limit, len(rows))
-            order = {"number": "max(number_value)", "date": "max(date_value)"}.get(kind, "text_value")
+                                   len(ranked) > limit, total)
+            # Numbers and dates group by value (7, 7.0 and "07" are one number), with text where one does not read
+            typed = {"number": "number_value", "date": "date_value"}.get(kind)
+            key = f"{typed}, CASE WHEN {typed} IS NULL THEN text_value END" if typed else "text_value"
             grouped = records(con.execute(
-                "SELECT text_value, max(number_value) AS number_value, count(DISTINCT sha) AS count FROM picked "
-                f"GROUP BY text_value ORDER BY {'count DESC, ' if query.op != 'distinct' else ''}{order}, text_value "
-                "LIMIT ?", [limit + 1]))
+                "SELECT min(text_value) AS text_value, max(number_value) AS number_value, count(DISTINCT sha) AS count "
+                f"FROM picked GROUP BY {key} ORDER BY {'count DESC, ' if query.op != 'distinct' else ''}"
+                f"{typed + ', ' if typed else ''}min(text_value) LIMIT ?", [limit + 1]))
             truncated = len(grouped) > limit
             rows = [{"value": output_value(kind, row["text_value"], row["number_value"]),
                      **({"count": row["count"]} if query.op != "distinct" else {})} for row in grouped[:limit]]

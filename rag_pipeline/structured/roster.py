@@ -10,8 +10,9 @@ Joined documents get every roster column as a field: an authoritative column rep
 the others fill in fields the document does not state (the `effective_fields` view of the sidecar does the join,
 so a query always sees the current roster). Reconciliation compares, per joined document and authoritative column,
 the document's own claim with the roster: MATCH, MISMATCH, NOT_STATED (the document is silent; the roster supplies
-the value), MISSING_IN_ROSTER (the document's key is not in the roster) and ROSTER_ONLY (a roster row no document
-has).
+the value), MISSING_IN_ROSTER (the document's key is not in the roster), ROSTER_ONLY (a roster row no document
+has) and AMBIGUOUS_KEY (the document's key field holds several values: it joins no row). A roster column named like
+a built-in field (name, type, path, ...) is the field roster_<column>.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.structured.registry import BUILTIN_FIELDS, FieldSpec, declared_fields, field_rows
 
 ROSTER_KEYS = ("path", "key", "document_key", "authoritative")
-STATUSES = ("MATCH", "MISMATCH", "NOT_STATED", "MISSING_IN_ROSTER", "ROSTER_ONLY")
+STATUSES = ("MATCH", "MISMATCH", "NOT_STATED", "MISSING_IN_ROSTER", "ROSTER_ONLY", "AMBIGUOUS_KEY")
+WARNINGS = ("MISMATCH", "MISSING_IN_ROSTER", "ROSTER_ONLY", "AMBIGUOUS_KEY")
 MAX_ROSTER_ROWS = 1_000_000
 
 
@@ -57,7 +59,7 @@ class RosterReport:
 
     @property
     def warnings(self) -> int:
-        return sum(self.counts[status] for status in ("MISMATCH", "MISSING_IN_ROSTER", "ROSTER_ONLY"))
+        return sum(self.counts[status] for status in WARNINGS)
 
 
 def roster_specs(settings: Settings) -> list[RosterSpec]:
@@ -119,12 +121,18 @@ def read_table(path: Path) -> list[dict[str, Any]]:
         con.close()
 
 
+def column_field(column: str) -> str | None:
+    """The field a roster column fills: its name as a field name, prefixed roster_ when that is a built-in's."""
+    name = field_name(column)
+    return f"roster_{name}" if name in BUILTIN_FIELDS else name
+
+
 def column_kinds(table: list[dict[str, Any]], declared: Mapping[str, FieldSpec]) -> dict[str, FieldKind]:
     """Each column's type: declared, else number or date when every non-empty text cell reads as one, else string
     (so a code like 02134 stays text when one cell of its column is not a number)."""
     kinds: dict[str, FieldKind] = {}
     for column in table[0] if table else {}:
-        name = field_name(column)
+        name = column_field(column)
         spec = declared.get(name or "")
         if spec is not None and spec.kind is not None:
             kinds[column] = spec.kind
@@ -150,7 +158,7 @@ def read_roster(spec: RosterSpec, declared: Mapping[str, FieldSpec]) -> tuple[li
         raise ConfigError(f"roster {spec.path}: cannot read it: {' '.join(str(error).split())[:300]}") from error
     if len(table) > MAX_ROSTER_ROWS:
         raise ConfigError(f"roster {spec.path}: more than {MAX_ROSTER_ROWS:,} rows")
-    columns = {field_name(column): column for column in (table[0] if table else {})}
+    columns = {column_field(column): column for column in (table[0] if table else {})}
     if table and spec.key not in (table[0]):
         raise ConfigError(f"roster {spec.path}: no key column {spec.key!r} (columns: {', '.join(table[0])})")
     absent = [column for column in spec.authoritative if column not in columns]
@@ -260,7 +268,17 @@ def reconcile(sidecar: Sidecar) -> list[dict[str, Any]]:
                 "SELECT sha, name, text_value FROM own_fields WHERE list_contains(?, name) AND list_contains(?, sha) "
                 "ORDER BY sha, name", [columns, [row["sha"] for row in keyed]]):
             claims.setdefault(row["sha"], {}).setdefault(row["name"], []).append(row["text_value"])
+        keys_of: dict[str, list[str]] = {}
         for row in keyed:
+            keys_of.setdefault(row["sha"], []).append(row["key"])
+        for row in keyed:
+            if len(keys_of[row["sha"]]) > 1:
+                if row["key"] == keys_of[row["sha"]][0]:
+                    result += [{"roster": name, "key": claim(keys_of[row["sha"]]), "sha": row["sha"],
+                                "path": row["path"], "field": column, "status": "AMBIGUOUS_KEY",
+                                "document_value": claim(claims.get(row["sha"], {}).get(column, [])),
+                                "roster_value": None} for column in columns]
+                continue
             for column in columns:
                 stated = claim(claims.get(row["sha"], {}).get(column, []))
                 if row["key"] not in roster_rows:
