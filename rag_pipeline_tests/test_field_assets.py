@@ -68,7 +68,8 @@ def test_a_changed_roster_is_reread_reconciled_and_relabels_points(tmp_path: Pat
         assert check.check_name == "roster_reconciles" and not check.passed
         # P-003's publisher now agrees; P-005's note still says fishing, which the roster now contradicts
         assert check.severity == dg.AssetCheckSeverity.WARN and check.metadata["mismatch"].value == 4
-        assert result.asset_materializations_for_node("roster")[0].metadata["relabelled_documents"].value == 4  # P-003, P-005: two each
+        relabelled = result.asset_materializations_for_node("roster")[0].metadata["relabelled_documents"].value
+        assert relabelled == 4  # P-003 (publisher) and P-005 (genre): a note and a press page each
     assert reconciliation(settings)[("P-003", "publisher")] == "MATCH"
     assert reconciliation(settings)[("P-005", "genre")] == "MISMATCH"
     assert names_found(settings, {"genre": "angling"}) == {"deepwater-patience.md", "deepwater-patience-launch.html"}

@@ -1,7 +1,8 @@
 """Golden question sets (YAML): questions with graded relevance per file, optional expected answers, a kind
 (semantic | aggregation | out_of_scope) and tags. An aggregation question has no relevance: it carries the metadata
 query that answers it (`query`: {op, field?, by?, where?, limit?}) and its exact answer (`expected`: one of {count},
-{values}, {groups}, {documents}, {value}), and is scored by exact-answer accuracy, never as retrieval. Paths are matched by suffix: "math/trig.md" matches
+{values}, {groups}, {documents}, {value}), and is scored by exact-answer accuracy, never as retrieval.
+Paths are matched by suffix: "math/trig.md" matches
 "/docs/math/trig.md". The loader reports every problem at once, including relevance paths that match no
 document (a typo in a golden file must fail loudly)."""
 

@@ -72,7 +72,8 @@ def format_report(report: dict[str, Any], previous: dict[str, float] | None = No
         lines += ["", f"Aggregation questions (exact answers through the metadata query tool, not scored as "
                       f"retrieval): {aggregation['accuracy']:.3f} accuracy over {aggregation['questions']}.", "",
                   "| op | questions | accuracy |", "|---|---|---|"]
-        lines += [f"| {op} | {item['questions']} | {item['accuracy']:.3f} |" for op, item in aggregation["by_op"].items()]
+        lines += [f"| {op} | {item['questions']} | {item['accuracy']:.3f} |"
+                  for op, item in aggregation["by_op"].items()]
         lines += [f"- missed `{miss['id']}`: got {miss['got']!r}, expected {miss['expected']!r}"
                   + (f" ({miss['error']})" if miss["error"] else "") for miss in aggregation["misses"][:20]]
     if report.get("generator"):

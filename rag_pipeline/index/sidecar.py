@@ -129,7 +129,8 @@ CREATE OR REPLACE VIEW effective_fields AS
         ANTI JOIN (SELECT DISTINCT sha, name FROM own_fields) o USING (sha, name) WHERE NOT r.authoritative;
 """
 TABLES = ("documents", "sources", "source_files", "refusals", "uploads", "run_documents", "chunks", "redactions",
-          "runs", "eval_runs", "document_fields", "field_errors", "rosters", "roster_values", "roster_links", "reconciliation",
+          "runs", "eval_runs", "document_fields", "field_errors", "rosters", "roster_values", "roster_links",
+          "reconciliation",
           "enrichments", "state", "builtin_fields", "own_fields", "roster_matches", "roster_fields", "effective_fields")
 FIELD_COLUMNS = ["sha", "name", "position", "kind", "text_value", "number_value", "date_value", "origin"]
 ROSTER_VALUE_COLUMNS = ["roster", "key", "name", "position", "kind", "text_value", "number_value", "date_value",

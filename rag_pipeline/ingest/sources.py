@@ -7,7 +7,7 @@
       inbox:
         uploads: true                        # an upload area: <data dir>/uploads/inbox
     roster: [...]                            # canonical master data joined onto documents (structured/roster.py)
-    fields: {...}                            # field declarations: types, filterable, enrichment (structured/registry.py)
+    fields: {...}                            # field declarations: types, filters, enrichment (structured/registry.py)
 
 Every document records the sources that hold it. Syncing a source replaces that source's files only: a document
 leaves the index when no source holds it any more. Without a file, RAG_ROOTS (or the roots given to

@@ -81,7 +81,8 @@ def roster_specs(settings: Settings) -> list[RosterSpec]:
                    or not entry[key].strip()]
         authoritative = entry.get("authoritative") or []
         if unknown:
-            problems.append(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} (allowed: {', '.join(ROSTER_KEYS)})")
+            problems.append(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} "
+                            f"(allowed: {', '.join(ROSTER_KEYS)})")
         if missing:
             problems.append(f"{where}: {', '.join(missing)} must be given as text")
         if not isinstance(authoritative, list) or not all(isinstance(item, str) for item in authoritative):
