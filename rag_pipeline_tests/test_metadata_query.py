@@ -278,3 +278,15 @@ def test_http_query_and_fields(catalog: Settings) -> None:
             for round_ in range(10):
                 sidecar.set_state("bench", str(round_))
             assert [status for batch in statuses for status in batch] == [200] * 48
+
+
+def test_evaluation_slices_by_kind(catalog: Settings) -> None:
+    from rag_pipeline.evaluate.service import evaluate_index, format_report, headline
+
+    report = evaluate_index(catalog, GOLDEN, with_answers=False)
+    assert report["questions"] == 12 and set(report["retrieval_by_kind"]) == {"semantic"}  # never as retrieval
+    assert report["retrieval"]["metrics"]["recall@10"] >= 0.9
+    assert report["aggregation"]["questions"] == 37 and report["aggregation"]["accuracy"] == 1.0
+    assert set(report["aggregation"]["by_op"]) == {"count", "list", "distinct", "group_by", "top_n", "lookup"}
+    assert headline(report)["aggregation_accuracy"] == 1.0
+    assert "Aggregation questions" in format_report(report)

@@ -95,7 +95,7 @@ def text_kind(text: str) -> tuple[FieldKind, Any]:
     text = text.strip()
     if _ISO_DATE.fullmatch(text):
         try:
-            return "date", datetime.fromisoformat(text.replace("Z", "+00:00")).replace(tzinfo=None).isoformat()
+            return "date", iso_date(datetime.fromisoformat(text.replace("Z", "+00:00")))
         except ValueError:
             pass
     if _NUMBER.fullmatch(text):
@@ -249,10 +249,10 @@ def pdf_fields(path: Path) -> DocumentFields:
 
 def html_fields(path: Path) -> DocumentFields:
     """<title> and every <meta name=... content=...> (or property=) of an HTML page."""
-    from bs4 import BeautifulSoup
+    from bs4 import BeautifulSoup, SoupStrainer
 
     fields = DocumentFields()
-    soup = BeautifulSoup(path.read_bytes(), "lxml")
+    soup = BeautifulSoup(path.read_bytes(), "lxml", parse_only=SoupStrainer(["title", "meta"]))
     if soup.title and soup.title.string:
         fields.add("title", " ".join(soup.title.string.split()), "html", infer_text=False)
     for meta in soup.find_all("meta"):
