@@ -119,19 +119,26 @@ CREATE OR REPLACE VIEW roster_matches AS
 CREATE OR REPLACE VIEW roster_fields AS
     SELECT m.sha, v.name, v.kind, v.text_value, v.number_value, v.date_value, 'roster:' || m.roster AS origin,
         v.authoritative FROM roster_links m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key;
-CREATE OR REPLACE VIEW effective_fields AS
-    SELECT f.* FROM own_fields f
-        ANTI JOIN (SELECT DISTINCT sha, name FROM roster_fields WHERE authoritative) a USING (sha, name)
+"""
+# The effective fields: stated and built-in ones unless an authoritative roster column replaces them, the
+# authoritative columns, and the other columns where the document states nothing. One definition serves the view
+# (every document) and the table macro effective_of(shas) (a few documents, filtered before the joins).
+EFFECTIVE = """SELECT f.* FROM own_fields f
+        ANTI JOIN (SELECT DISTINCT sha, name FROM roster_fields WHERE authoritative{only}) a USING (sha, name)
+        WHERE true{only}
     UNION ALL
-    SELECT sha, name, kind, text_value, number_value, date_value, origin FROM roster_fields WHERE authoritative
+    SELECT sha, name, kind, text_value, number_value, date_value, origin FROM roster_fields
+        WHERE authoritative{only}
     UNION ALL
     SELECT r.sha, r.name, r.kind, r.text_value, r.number_value, r.date_value, r.origin FROM roster_fields r
-        ANTI JOIN (SELECT DISTINCT sha, name FROM own_fields) o USING (sha, name) WHERE NOT r.authoritative;
-"""
+        ANTI JOIN (SELECT DISTINCT sha, name FROM own_fields WHERE true{only}) o USING (sha, name)
+        WHERE NOT r.authoritative{only}"""
+VIEWS += (f"CREATE OR REPLACE VIEW effective_fields AS {EFFECTIVE.format(only='')};\n"
+          "CREATE OR REPLACE MACRO effective_of(shas) AS TABLE "
+          f"{EFFECTIVE.format(only=' AND list_contains(shas, sha)')};\n")
 TABLES = ("documents", "sources", "source_files", "refusals", "uploads", "run_documents", "chunks", "redactions",
           "runs", "eval_runs", "document_fields", "field_errors", "rosters", "roster_values", "roster_links",
-          "reconciliation",
-          "enrichments", "state", "builtin_fields", "own_fields", "roster_matches", "roster_fields", "effective_fields")
+          "reconciliation", "enrichments", "state", "builtin_fields", "own_fields", "roster_matches", "roster_fields", "effective_fields")
 FIELD_COLUMNS = ["sha", "name", "position", "kind", "text_value", "number_value", "date_value", "origin"]
 ROSTER_VALUE_COLUMNS = ["roster", "key", "name", "position", "kind", "text_value", "number_value", "date_value",
                         "authoritative"]

@@ -430,9 +430,9 @@ class QueryRunner:
             return {}
         found: dict[str, dict[str, dict[str, Any]]] = {}
         for row in records(con.execute(
-                "SELECT sha, name, kind, text_value, number_value, origin FROM effective_fields "
-                "WHERE list_contains(?, sha) AND name NOT IN ('id', 'path') "
-                + ("AND name = ? " if only else "") + "ORDER BY sha, name", [shas] + ([only] if only else []))):
+                "SELECT sha, name, kind, text_value, number_value, origin FROM effective_of(?) "
+                "WHERE name NOT IN ('id', 'path') " + ("AND name = ? " if only else "") + "ORDER BY sha, name",
+                [shas] + ([only] if only else []))):
             spec = registry.get(row["name"])
             if spec is None:
                 continue
