@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from rag_pipeline.generate.generators import ExtractiveGenerator, GenerationRequ
 from rag_pipeline.generate.guardrails import REFUSAL, Finding, quarantined, scan_text, validate_output
 from rag_pipeline.generate.prompt import DEFAULT_BUDGET_TOKENS, build_prompt, fit_budget, lost_in_the_middle
 from rag_pipeline.generate.result import Answer, Source, cited_numbers
-from rag_pipeline.index.vector_store import Filters, Scope
+from rag_pipeline.index.vector_store import Filters, Hit, Scope
 from rag_pipeline.llm import LLMUnavailable, OllamaLLM
 from rag_pipeline.retrieve.retriever import Retriever
 
@@ -72,14 +72,20 @@ class Answerer:
         """Text pieces, then the final Answer, from the chunks `filters` and `scope` (an API key's) allow.
         ValueError for a bad question, top_k or filter (raised on the first next(), before anything is streamed)."""
         started = time.perf_counter()
-        layers = self.guardrails
         retrieval = self.retriever.search(question, top_k=top_k, filters=filters, scope=scope)
-        timings = dict(retrieval.timings_ms)
-        warnings = list(retrieval.warnings)
+        yield from self.stream_from(question, retrieval.hits, dict(retrieval.timings_ms), list(retrieval.warnings),
+                                    started)
+
+    def stream_from(self, question: str, hits: Sequence[Hit], timings: dict[str, float], warnings: list[str],
+                    started: float | None = None) -> Iterator[str | Answer]:
+        """Text pieces, then the final Answer, from passages already retrieved (the chat agent gathers them with
+        its search tool): guarded, numbered [1]..[n] in the order given, generated, validated."""
+        started = time.perf_counter() if started is None else started
+        layers = self.guardrails
         report: dict[str, Any] = {"layers": dataclasses.asdict(layers), "question_findings": [],
                                   "quarantined": [], "flagged": [], "output_violations": [], "refused": False}
         begin = time.perf_counter()
-        candidates = [Source.of(rank, hit) for rank, hit in enumerate(retrieval.hits, start=1)]
+        candidates = [Source.of(rank, hit) for rank, hit in enumerate(hits, start=1)]
         payloads: list[str] = []  # what injections in the chunks demand: the output layer refuses to comply
         if layers.scan or layers.output:
             report["question_findings"] = [finding_json(f) for f in scan_text(question, "question")]

@@ -123,6 +123,28 @@ def load_registry(settings: Settings, sidecar: Sidecar, scope: Scope | None = No
         return registry_of(con, settings, sidecar.path, scope)
 
 
+MAX_NAMED_VALUES = 300  # fields with more distinct values are not offered to the planner as nameable values
+_value_sets: dict[tuple[Path, Scope | None], tuple[tuple, dict[str, list[str]]]] = {}
+
+
+def named_values(settings: Settings, sidecar: Sidecar, scope: Scope | None = None) -> dict[str, list[str]]:
+    """field -> the distinct values of each string or list field with at most MAX_NAMED_VALUES of them, over the
+    documents `scope` lets a key see (what a question can name: genres, publishers, themes, document types)."""
+    state = file_state(sidecar.path)
+    cached = _value_sets.get((sidecar.path, scope))
+    if cached is not None and cached[0] == state:
+        return cached[1]
+    scoped, params = scope_condition(scope)
+    with sidecar.read_only() as con:
+        rows = con.execute(
+            "SELECT name, list(DISTINCT text_value ORDER BY text_value) FROM effective_fields "
+            f"WHERE kind IN ('string', 'list') AND sha IN (SELECT sha FROM documents WHERE status = 'ok'{scoped}) "
+            f"GROUP BY name HAVING count(DISTINCT text_value) <= {MAX_NAMED_VALUES}", params).fetchall()
+    values = {name: list(found) for name, found in rows}
+    _value_sets[(sidecar.path, scope)] = (state, values)
+    return values
+
+
 def values_table(spec: RegistryField) -> str:
     """Where a field's values are read: effective_fields when a roster supplies it (the join applies), else the
     cheaper own_fields (the same rows for a field no roster touches)."""
