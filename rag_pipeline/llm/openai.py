@@ -19,7 +19,7 @@ MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError)
 def openai_client(base_url: str, api_key: str | None, timeout: float) -> httpx.Client:
     """An httpx client for the API rooted at base_url (e.g. http://host:8000/v1), with the key as bearer token."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
+    return httpx.Client(base_url=base_url, timeout=timeout, headers=headers, follow_redirects=True)
 
 
 def error_detail(response: httpx.Response) -> str:
