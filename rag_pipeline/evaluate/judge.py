@@ -1,4 +1,4 @@
-"""LLM-judged answer metrics (RAGAS-style), each from JSON replies of an Ollama chat model:
+"""LLM-judged answer metrics (RAGAS-style), each from JSON replies of the configured chat model:
 
 - faithfulness: the answer decomposed into statements, each verified against the context (share supported);
 - answer relevance: how directly the answer addresses the question (0-1);
@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from rag_pipeline.llm import OllamaLLM
+from rag_pipeline.llm import ChatModel
 
 SYSTEM = "You are a strict evaluator. Reply with JSON only, exactly in the requested form."
 STATEMENTS = ("Break the answer into short standalone factual statements.\nQuestion: {question}\nAnswer: {answer}\n"
@@ -45,9 +45,9 @@ def average_precision(verdicts: Sequence[int]) -> float:
 
 
 class Judge:
-    """An Ollama chat model used as the evaluator."""
+    """A chat model used as the evaluator."""
 
-    def __init__(self, llm: OllamaLLM) -> None:
+    def __init__(self, llm: ChatModel) -> None:
         self.llm = llm
         self.model_id = llm.model_id
 

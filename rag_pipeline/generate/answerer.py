@@ -25,7 +25,7 @@ from rag_pipeline.generate.guardrails import REFUSAL, Finding, quarantined, scan
 from rag_pipeline.generate.prompt import DEFAULT_BUDGET_TOKENS, build_prompt, fit_budget, lost_in_the_middle
 from rag_pipeline.generate.result import Answer, Source, cited_numbers
 from rag_pipeline.index.vector_store import Filters, Hit, Scope
-from rag_pipeline.llm import LLMUnavailable, OllamaLLM
+from rag_pipeline.llm import ChatModel, LLMUnavailable
 from rag_pipeline.retrieve.retriever import Retriever
 
 NOTHING_RETRIEVED = "I don't know: no passage in the index matches the question."
@@ -53,7 +53,7 @@ class Answerer:
 
     def __init__(self, retriever: Retriever, generator: Generator | None = None, *,
                  guardrails: GuardrailSettings = GuardrailSettings(), budget_tokens: int = DEFAULT_BUDGET_TOKENS,
-                 chunk_filter: OllamaLLM | None = None, chunk_filter_threshold: float = 0.5,
+                 chunk_filter: ChatModel | None = None, chunk_filter_threshold: float = 0.5,
                  fallback: ExtractiveGenerator | None = None) -> None:
         self.retriever = retriever
         self.fallback = fallback or ExtractiveGenerator(retriever.embedder)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rag_pipeline.generate.result import Source
-from rag_pipeline.llm import OllamaLLM
+from rag_pipeline.llm import ChatModel
 
 PROMPT = (
     "Rate how useful each passage is for answering the question, from 0 (irrelevant) to 1 (answers it). "
@@ -27,7 +27,7 @@ class FilterResult:
     warning: str | None = None
 
 
-def filter_chunks(llm: OllamaLLM, question: str, sources: Sequence[Source], threshold: float = 0.5,
+def filter_chunks(llm: ChatModel, question: str, sources: Sequence[Source], threshold: float = 0.5,
                   max_chars: int = 1200) -> FilterResult:
     """The sources the LLM scores at least `threshold`, in their order."""
     if not sources:

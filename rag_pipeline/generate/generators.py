@@ -1,6 +1,6 @@
 """Answer generators: one interface (stream text pieces) with two implementations.
 
-- `OllamaGenerator`: an LLM on an Ollama server answers from the assembled prompt.
+- `LLMGenerator`: the configured chat model (Ollama or OpenAI-compatible) answers from the assembled prompt.
 - `ExtractiveGenerator` (the default without an LLM): the retrieved sentences that best match the question
   (embedding similarity plus term overlap), each cited [n]; "I don't know" when none scores above a threshold.
   Deterministic.
@@ -18,7 +18,7 @@ import numpy as np
 from rag_pipeline.embedder import Embedder
 from rag_pipeline.generate.prompt import Prompt
 from rag_pipeline.generate.result import Source
-from rag_pipeline.llm import OllamaLLM
+from rag_pipeline.llm import ChatModel
 from rag_pipeline.retrieve.postprocess import text_overlap
 
 I_DONT_KNOW = "I don't know: none of the retrieved passages answers this question."
@@ -52,8 +52,8 @@ class Generator(ABC):
         """The answer's text pieces, in order."""
 
 
-class OllamaGenerator(Generator):
-    def __init__(self, llm: OllamaLLM) -> None:
+class LLMGenerator(Generator):
+    def __init__(self, llm: ChatModel) -> None:
         self.llm = llm
         self.name = llm.model_id
 

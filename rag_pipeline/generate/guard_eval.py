@@ -137,7 +137,7 @@ def format_table(report: dict[str, Any]) -> str:
         lines.append(f"| {style} | " + " | ".join(f"{row['by_style'][style]:.0%}" for row in report["rows"]) + " |")
     if report["generator"] == "extractive":
         lines += ["", "The extractive generator follows no instructions, so spotlighting and the instruction "
-                      "hierarchy (prompt layers) cannot change its answers; with an LLM (RAG_OLLAMA_URL) all four "
-                      "layers are measured."]
+                      "hierarchy (prompt layers) cannot change its answers; with an LLM (RAG_OLLAMA_URL or "
+                      "RAG_LLM_BASE_URL) all four layers are measured."]
     return "\n".join(lines)
 

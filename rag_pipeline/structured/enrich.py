@@ -1,7 +1,7 @@
 """Enrichment: fields the documents do not state, declared with `from:` in the sources file.
 
 - `from: llm`: the configured LLM reads the document's (redacted) opening and answers with JSON constrained to the
-  field's schema (Ollama structured outputs); the reply is validated (type, allowed labels) before it is stored.
+  field's schema (the provider's structured outputs); the reply is validated (type, allowed labels) before it is stored.
   Document text is untrusted: it is fenced as data, and nothing the model says is executed or used as SQL.
   Without an LLM, a field with labels falls back to `classify` and a string field to `lead`.
 - `from: classify`: the label whose description is most similar to the document (the mean of its chunk vectors,
@@ -31,7 +31,7 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.embed import read_vectors
 from rag_pipeline.ingest.fields import FieldValue, coerce, typed_value
 from rag_pipeline.ingest.stage import stores
-from rag_pipeline.llm import OllamaLLM
+from rag_pipeline.llm import ChatModel
 from rag_pipeline.settings import Settings
 from rag_pipeline.structured.registry import FieldSpec, declared_fields, field_rows
 
@@ -68,7 +68,7 @@ def enriched_fields(settings: Settings) -> list[FieldSpec]:
     return [spec for spec in declared_fields(settings).values() if spec.method is not None]
 
 
-def method_for(spec: FieldSpec, llm: OllamaLLM | None) -> str:
+def method_for(spec: FieldSpec, llm: ChatModel | None) -> str:
     """The method that fills the field now: its own, or without an LLM the deterministic fallback."""
     if spec.method != "llm" or llm is not None:
         return spec.method or "lead"
@@ -135,14 +135,14 @@ def validate_reply(reply: str, spec: FieldSpec) -> FieldValue:
     return value
 
 
-def model_for(settings: Settings, method: str, llm: OllamaLLM | None) -> str:
+def model_for(settings: Settings, method: str, llm: ChatModel | None) -> str:
     """The model id a method's results are cached under."""
     if method == "llm" and llm is not None:
         return llm.model_id
     return settings.embedding_model_id if method == "classify" else "extractive"
 
 
-def stale_enrichments(settings: Settings, sidecar: Sidecar, llm: OllamaLLM | None) -> list[str]:
+def stale_enrichments(settings: Settings, sidecar: Sidecar, llm: ChatModel | None) -> list[str]:
     """Enriched fields with ingested documents that have no cached result for the current model and schema, or
     whose stored values are not those results (a field whose declaration changed)."""
     stale = []
@@ -161,7 +161,7 @@ class Enricher:
     """Fills the enriched fields of every ingested document, through the cache."""
 
     def __init__(self, settings: Settings, sidecar: Sidecar, embedder: Callable[[], Embedder],
-                 llm: OllamaLLM | None) -> None:
+                 llm: ChatModel | None) -> None:
         self.settings = settings
         self.sidecar = sidecar
         self.embedder = embedder  # built only when a classify field has documents to do
