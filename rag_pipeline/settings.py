@@ -126,6 +126,9 @@ class Settings(BaseSettings):
 
     # The metadata query tool (rag-pipeline query, POST /query): each query is stopped after this many seconds.
     query_timeout_seconds: float = Field(5.0, gt=0, le=120)
+    # /chat: tool calls per turn (the agent's hard cap), and how long an idle session is kept.
+    chat_max_tool_calls: int = Field(4, ge=1, le=16)
+    chat_retention_days: float = Field(30.0, gt=0)
 
     # HyDE (needs an LLM, see below): "standard" embeds n hypothetical answers (averaged with the query),
     # "adaptive" does so only when the top dense score is below hyde_adaptive_threshold, "multi" rotates

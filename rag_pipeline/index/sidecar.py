@@ -81,6 +81,10 @@ CREATE TABLE IF NOT EXISTS roster_links (sha VARCHAR NOT NULL, roster VARCHAR NO
 CREATE TABLE IF NOT EXISTS reconciliation (roster VARCHAR, key VARCHAR, sha VARCHAR, path VARCHAR, field VARCHAR,
     status VARCHAR, document_value VARCHAR, roster_value VARCHAR);
 CREATE TABLE IF NOT EXISTS state (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS chat_sessions (id VARCHAR PRIMARY KEY, owner VARCHAR NOT NULL, created_at TIMESTAMP,
+    updated_at TIMESTAMP);
+CREATE TABLE IF NOT EXISTS chat_turns (session_id VARCHAR NOT NULL, turn INTEGER NOT NULL, message VARCHAR,
+    answer VARCHAR, record JSON, created_at TIMESTAMP, PRIMARY KEY (session_id, turn));
 CREATE TABLE IF NOT EXISTS enrichments (sha VARCHAR NOT NULL, field VARCHAR NOT NULL, model VARCHAR NOT NULL,
     schema_hash VARCHAR NOT NULL, method VARCHAR, value JSON, error VARCHAR, created_at TIMESTAMP,
     PRIMARY KEY (sha, field, model, schema_hash));
@@ -138,7 +142,7 @@ VIEWS += (f"CREATE OR REPLACE VIEW effective_fields AS {EFFECTIVE.format(only=''
           f"{EFFECTIVE.format(only=' AND list_contains(shas, sha)')};\n")
 TABLES = ("documents", "sources", "source_files", "refusals", "uploads", "run_documents", "chunks", "redactions",
           "runs", "eval_runs", "document_fields", "field_errors", "rosters", "roster_values", "roster_links",
-          "reconciliation", "enrichments", "state", "builtin_fields", "own_fields", "roster_matches", "roster_fields", "effective_fields")
+          "reconciliation", "enrichments", "state", "chat_sessions", "chat_turns", "builtin_fields", "own_fields", "roster_matches", "roster_fields", "effective_fields")
 FIELD_COLUMNS = ["sha", "name", "position", "kind", "text_value", "number_value", "date_value", "origin"]
 ROSTER_VALUE_COLUMNS = ["roster", "key", "name", "position", "kind", "text_value", "number_value", "date_value",
                         "authoritative"]

@@ -10,6 +10,9 @@
     DELETE /sources/{name}/documents/{id}  an upload source's document -> 202 {"id", "removed_paths", "ingest"}
     POST /query        {"op", "field"?, "by"?, "where"?, "limit"?} -> {"op", "rows", "documents", "truncated", ...}
     GET  /fields       the fields /query and filters know: type, documents, origins, filterable
+    POST /chat         {"message", "session_id"?, "filters"?} -> server-sent events "session", "step", "observation",
+                       "token", then "done"; with Accept: application/json the done object only
+    GET  /chat/{id}    the session's turns (its owner's key only: 404 otherwise); DELETE /chat/{id} deletes it
     GET  /healthz      store, embedder and LLM status (503 when the store is down)
     GET  /metrics      Prometheus text format
     GET  /openapi.json the OpenAPI document: the bodies above as JSON schemas (serve/models.py); no docs UI
@@ -47,6 +50,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rag_pipeline.chat.memory import LOCAL_OWNER, ChatMemory
+from rag_pipeline.chat.service import ChatService
 from rag_pipeline.errors import (
     ConfigError,
     Conflict,
@@ -63,12 +68,14 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import Scope as KeyScope  # not the ASGI Scope
 from rag_pipeline.ingest.sources import check_source_name
 from rag_pipeline.ingest.uploads import list_documents, remove_document, sources_overview, store_upload, upload_source
+from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
 from rag_pipeline.serve import guard, models
 from rag_pipeline.serve.auth import KEY_STATE, AccessLog, Auth
 from rag_pipeline.serve.guard import error_response
 from rag_pipeline.serve.models import (
     AskRequest,
+    ChatRequest,
     ErrorResponse,
     HealthResponse,
     IngestJobResponse,
@@ -298,8 +305,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     AskBody = models.with_default_top_k(AskRequest, settings.top_k)
     sidecar = Sidecar(settings.sidecar_path)
     query_runner = QueryRunner(settings, sidecar)
-    bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest,
-              "/query": QueryRequest}  # route -> its body model
+    bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest, "/query": QueryRequest,
+              "/chat": ChatRequest}  # route -> its body model
     auth = Auth(settings)  # with API keys: reader for search, ask, metrics and the schema; ingester for ingest
     reader, ingester = Depends(auth.require("reader")), Depends(auth.require("ingester"))
 
@@ -363,6 +370,61 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         (declared filterable ones filter /search)."""
         registry = await run_in_threadpool(load_registry, settings, sidecar, scope)
         return JSONResponse({"fields": [field.to_json() for field in registry.values()]})
+
+    def chat_service() -> ChatService:
+        # a model per turn: its token counts (last_usage) belong to this conversation alone
+        return ChatService(settings, runtime.answerer(), sidecar, build_llm(settings))
+
+    def owner(request: Request) -> str:
+        return getattr(request.state, KEY_STATE, None) or LOCAL_OWNER
+
+    @app.post("/chat", responses={
+        200: {"content": {"text/event-stream": {}, "application/json": {
+            "schema": {"$ref": "#/components/schemas/ChatResponse"}}},
+              "description": 'server-sent events "session", "step" (a tool call), "observation" (its summary), '
+                             '"token" (answer text), then "done" (the ChatResponse object); with Accept: '
+                             'application/json the ChatResponse only'},
+        **ERROR_RESPONSES})
+    async def chat(body: ChatRequest, request: Request, scope: Annotated[KeyScope | None, reader]) -> Response:
+        """One conversational turn: the agent routes between semantic search and the metadata query tool."""
+        service = await run_in_threadpool(chat_service)
+        events = service.stream(body.message, owner(request), body.session_id, body.filters or None, scope)
+        first = await run_in_threadpool(next, events)  # a bad session or message fails here, before the stream
+        if "application/json" in request.headers.get("accept", "") and \
+                "text/event-stream" not in request.headers.get("accept", ""):
+            done = await run_in_threadpool(lambda: next(data for event, data in events if event == "done"))
+            return JSONResponse(done)
+
+        def stream() -> Iterator[str]:
+            try:
+                for event, data in [first, *events]:
+                    yield sse(event, data)
+            except Exception as error:  # after the headers: report the failure as an event
+                log.exception("chat stream failed")
+                code = error.code if isinstance(error, RagError) else "internal_error"
+                yield sse("error", {"code": code, "message": f"{type(error).__name__}: {error}"})
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @app.get("/chat/{session_id}", responses=ERROR_RESPONSES)
+    async def chat_session(session_id: str, request: Request, _: Annotated[KeyScope | None, reader]) -> Response:
+        """The session's turns: message, answer, citations, trajectory (the key that created it only)."""
+        memory = ChatMemory(sidecar, settings.chat_retention_days)
+        turns = await run_in_threadpool(memory.turns, session_id, owner(request))
+        return JSONResponse({"session_id": session_id, "turns": [
+            {"turn": turn["turn"], "message": turn["message"], "answer": turn["answer"],
+             "citations": turn["record"].get("citations"), "trajectory": turn["record"].get("trajectory"),
+             "exit_reason": turn["record"].get("exit_reason"), "created_at": str(turn["created_at"])}
+            for turn in turns]})
+
+    @app.delete("/chat/{session_id}", responses=ERROR_RESPONSES)
+    async def delete_chat_session(session_id: str, request: Request,
+                                  _: Annotated[KeyScope | None, reader]) -> Response:
+        """Delete the session and its turns (the key that created it only)."""
+        memory = ChatMemory(sidecar, settings.chat_retention_days)
+        await run_in_threadpool(memory.delete, session_id, owner(request))
+        return JSONResponse({"session_id": session_id, "deleted": True})
 
     @app.post("/ask", response_class=StreamingResponse, responses={
         200: {"content": {"text/event-stream": {}},

@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
                                "F>V, F<V (numbers and dates; a date may be YYYY or YYYY-MM), F~V (contains)")
     metadata.add_argument("--limit", type=int, default=None, help="rows (default 100, top_n 10; at most 1000)")
     metadata.set_defaults(run=run_query)
+    chat = commands.add_parser("chat", parents=[common],
+                               help="a conversation: the agent routes each question between semantic search and the "
+                                    "metadata query tool (an interactive session without a message)")
+    chat.add_argument("message", nargs="?", help="one message (omit for an interactive session with history)")
+    chat.add_argument("--session", default=None, help="continue this session (its id is printed with each answer)")
+    chat.set_defaults(run=run_chat)
     fields = commands.add_parser("fields", parents=[common],
                                  help="the fields the query tool knows: type, documents, origins, filterable")
     fields.set_defaults(run=run_fields)
@@ -490,6 +496,71 @@ def run_query(args: argparse.Namespace) -> int:
     more = " (truncated: raise --limit)" if result.truncated else ""
     print(format_rows(rows, f"{args.op} over {result.total_documents} document(s){more}"))
     return 0
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    """One turn (or a REPL with readline editing and history), through the same service as POST /chat."""
+    from rag_pipeline import components
+    from rag_pipeline.chat.service import ChatService
+    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.llm import build_llm
+
+    settings = Settings(data_dir=args.data_dir)
+    retriever = components.open_retriever(settings)
+    try:
+        service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
+                              build_llm(settings))
+        session = args.session
+        if args.message is not None:
+            result = print_turn(service, args.message, session, args.json)
+            return 0 if result else 1
+        import readline  # noqa: F401 - line editing and history for input()
+
+        print("rag-pipeline chat: ask a question; an empty line or Ctrl-D ends the session", file=sys.stderr)
+        while True:
+            try:
+                message = input("you> ").strip()
+            except (EOFError, KeyboardInterrupt):
+                print(file=sys.stderr)
+                return 0
+            if not message:
+                return 0
+            try:
+                result = print_turn(service, message, session, args.json)
+            except RagError as error:
+                print(f"rag-pipeline: {error}", file=sys.stderr)
+                continue
+            session = result["session_id"]
+    finally:
+        retriever.close()
+
+
+def print_turn(service, message: str, session: str | None, as_json: bool) -> dict:
+    """Run one turn: stream its steps and answer to the terminal (or print the done object as JSON)."""
+    from rag_pipeline.chat.memory import LOCAL_OWNER
+
+    done: dict = {}
+    for event, data in service.stream(message, LOCAL_OWNER, session):
+        if as_json:
+            if event == "done":
+                done = data
+                print(json.dumps(data, default=str))
+            continue
+        if event == "step":
+            print(f"  -> {data['tool']} {json.dumps(data['args'], default=str)}", file=sys.stderr)
+        elif event == "observation":
+            print(f"  <- {data['summary']}", file=sys.stderr)
+        elif event == "token":
+            print(data["text"], end="", flush=True)
+        elif event == "done":
+            done = data
+            print()
+            for citation in data["citations"]:
+                label = citation.get("label") or f"[{citation.get('number')}]"
+                print(f"  {label} {citation['path']}")
+            print(f"  (session {data['session_id']}, {data['exit_reason']}, {len(data['trajectory'])} tool call(s))",
+                  file=sys.stderr)
+    return done
 
 
 def run_fields(args: argparse.Namespace) -> int:

@@ -82,6 +82,29 @@ class QueryRequest(StrictBody):
     limit: Annotated[int, Field(strict=True, ge=1, le=1000)] | None = None
 
 
+class ChatRequest(StrictBody):
+    """POST /chat: a message, the session it continues (omit to start one), and filters for its searches."""
+
+    message: Annotated[String, Field(min_length=1, max_length=4000)]
+    session_id: Annotated[String, Field(pattern=r"^[0-9a-f]{32}$")] | None = None
+    filters: Filters | None = Field(None, description=FILTERS_DESCRIPTION)
+
+
+class ChatResponse(BaseModel):
+    """POST /chat with Accept: application/json (the `done` event of the stream)."""
+
+    answer: str
+    session_id: str
+    citations: list[dict[str, Any]] = Field(description="passages [n] and documents a metadata result counted [Dn]")
+    trajectory: list[dict[str, Any]] = Field(description="each tool call: tool, args, summary, ms, refused")
+    exit_reason: Literal["answered", "cap_reached", "fallback", "planned"]
+    llm_calls: int
+    tokens: dict[str, int]
+    timings_ms: dict[str, float]
+    question: str
+    guardrails: dict[str, Any]
+
+
 class QueryResponse(BaseModel):
     """POST /query: the rows, the documents they counted (to cite), and whether the limit cut them."""
 
@@ -292,6 +315,8 @@ FIELD_RULES = {
     "by": ("invalid_field", "must be a field name"),
     "where": ("invalid_where", "must map fields to values, or be a list of 'F=V' strings"),
     "limit": ("invalid_limit", "must be an integer from 1 to 1000"),
+    "message": ("invalid_message", "must be a non-empty string of at most 4000 characters"),
+    "session_id": ("invalid_session_id", "must be a session id returned by POST /chat"),
 }
 _short = reprlib.Repr()  # a bad value, cut short and a few levels deep (a body can nest deeply)
 _short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60

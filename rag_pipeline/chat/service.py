@@ -1,0 +1,59 @@
+"""One chat turn end to end: the caller's session (memory), the field catalog the planner reads (within the key's
+scope), the tools, the agent, and the turn saved. The HTTP API and the CLI both call `ChatService.stream`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from rag_pipeline.chat.agent import ChatAgent
+from rag_pipeline.chat.memory import ChatMemory
+from rag_pipeline.chat.planner import FieldCatalog
+from rag_pipeline.chat.tools import Tools
+from rag_pipeline.errors import InputError
+from rag_pipeline.generate.answerer import Answerer
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.index.vector_store import Filters, Scope
+from rag_pipeline.llm import ChatModel
+from rag_pipeline.settings import Settings
+from rag_pipeline.structured.query import QueryRunner, load_registry, named_values
+
+MAX_MESSAGE_CHARS = 4000
+
+
+class ChatService:
+    def __init__(self, settings: Settings, answerer: Answerer, sidecar: Sidecar, llm: ChatModel | None) -> None:
+        self.settings = settings
+        self.answerer = answerer
+        self.sidecar = sidecar
+        self.llm = llm
+        self.memory = ChatMemory(sidecar, settings.chat_retention_days)
+        self.runner = QueryRunner(settings, sidecar)
+
+    def stream(self, message: str, owner: str, session_id: str | None = None, filters: Filters | None = None,
+               scope: Scope | None = None) -> Iterator[tuple[str, Any]]:
+        """Events of one turn: ("session", {"session_id"}), ("step", ...), ("observation", ...), ("token", ...),
+        then ("done", the answer object). NotFound for a session of another owner (before anything else)."""
+        if not isinstance(message, str) or not message.strip():
+            raise InputError("the message is empty", code="empty_message")
+        if len(message) > MAX_MESSAGE_CHARS:
+            raise InputError(f"the message is longer than {MAX_MESSAGE_CHARS} characters", code="message_too_long")
+        session_id, history = self.memory.session(session_id, owner)
+        catalog = FieldCatalog(load_registry(self.settings, self.sidecar, scope),
+                               named_values(self.settings, self.sidecar, scope))
+        tools = Tools(self.answerer.retriever, self.runner, scope, filters)
+        agent = ChatAgent(tools, self.answerer, catalog, self.llm, self.settings.chat_max_tool_calls)
+        yield "session", {"session_id": session_id}
+        for event, data in agent.run(" ".join(message.split()), history, session_id):
+            if event != "done":
+                yield event, data
+                continue
+            record = {**data.to_json(), "filters": data.filters, "last_action": data.last_action}
+            self.memory.save(session_id, owner, message, data.answer, record)
+            yield "done", data.to_json()
+
+    def turn(self, message: str, owner: str, session_id: str | None = None, filters: Filters | None = None,
+             scope: Scope | None = None) -> dict[str, Any]:
+        """The `done` object of one turn."""
+        return next(data for event, data in self.stream(message, owner, session_id, filters, scope)
+                    if event == "done")
