@@ -16,6 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from rag_pipeline.index.vector_store import IndexPoint, VectorStore  # noqa: E402
+from rag_pipeline.settings import Settings  # noqa: E402
 from rag_pipeline_tests.fake_ollama import FakeOllama  # noqa: E402
 from rag_pipeline_tests.fake_openai import FakeOpenAI  # noqa: E402
 from rag_pipeline_tests.store_helpers import make_points, open_store  # noqa: E402
@@ -51,6 +52,22 @@ def sample_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     shutil.copytree(SAMPLE_CORPUS, corpus)
     ingest([corpus], base / "data")
     return corpus, base / "data"
+
+
+@pytest.fixture(scope="session")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """The catalog corpus (golden/catalog, a copy) ingested once per session through its sources file: fields from
+    every property source, a roster, declared fields. Read-only for the tests."""
+    from rag_pipeline.defs.runner import ingest
+
+    base = tmp_path_factory.mktemp("catalog")
+    shutil.copytree(REPO / "golden" / "catalog", base / "catalog")
+    settings = Settings(data_dir=base / "data", sources_file=base / "catalog" / "sources.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAG_SOURCES_FILE", str(settings.sources_file))
+        summary = ingest(data_dir=settings.data_dir)
+    assert summary["added"] == 42 and not summary["failed"]
+    yield settings
 
 
 @pytest.fixture(params=["edge", "server"])

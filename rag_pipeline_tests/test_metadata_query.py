@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,23 +27,7 @@ from rag_pipeline.structured.query import QueryRunner
 from rag_pipeline_tests.test_api import running_api
 
 REPO = Path(__file__).resolve().parents[1]
-CATALOG = REPO / "golden" / "catalog"
 GOLDEN = REPO / "golden" / "catalog_golden.yaml"
-
-
-@pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """The catalog corpus (a copy) ingested once through its sources file; read-only for the tests."""
-    from rag_pipeline.defs.runner import ingest
-
-    base = tmp_path_factory.mktemp("catalog")
-    shutil.copytree(CATALOG, base / "catalog")
-    settings = Settings(data_dir=base / "data", sources_file=base / "catalog" / "sources.yaml")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("RAG_SOURCES_FILE", str(settings.sources_file))
-        summary = ingest(data_dir=settings.data_dir)
-    assert summary["added"] == 42 and not summary["failed"]
-    yield settings
 
 
 def run(settings: Settings, **body) -> dict:

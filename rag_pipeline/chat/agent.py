@@ -260,10 +260,18 @@ class ChatAgent:
                             for number, doc in enumerate(documents, start=1)]
         if self.llm is not None and result.exit_reason in (ANSWERED, CAP_REACHED) and (hits or exact):
             try:
-                yield from self._compose_with_llm(question, gathered, exact, result)
-                return
+                reply = self._call([{"role": "system", "content": COMPOSE.format(marker=self.marker)},
+                                    {"role": "user", "content": compose_prompt(question, gathered, exact,
+                                                                               self.marker)}], result)
             except Unavailable as error:
+                reply = None
                 result.guardrails.setdefault("warnings", []).append(f"{error}; composed extractively instead")
+            if reply is not None and reply.strip() and parse_action(reply) is None:
+                yield self._checked(reply, gathered, exact, result)
+                return
+            if reply is not None:
+                result.guardrails.setdefault("warnings", []).append(
+                    "the model did not write an answer in the compose step; composed extractively instead")
         text = " ".join(exact)
         if exact:
             yield text
@@ -287,22 +295,18 @@ class ChatAgent:
         items = list(self.answerer.stream_from(question, hits, {}, []))
         return next(item for item in items if isinstance(item, Answer))
 
-    def _compose_with_llm(self, question: str, gathered: Gathered, exact: list[str],
-                          result: ChatResult) -> Iterator[str]:
-        passages = [f"[{number}] {hit.payload.get('path')}: {str(hit.payload.get('text', ''))[:700]}"
-                    for number, hit in enumerate(gathered.hits, start=1)]
-        data = "\n".join(exact + passages)
-        reply = self._call([{"role": "system", "content": COMPOSE.format(marker=self.marker)},
-                            {"role": "user", "content": f"Question: {question}\n{self.marker}\n{data}\n{self.marker}"}],
-                           result)
+    def _checked(self, reply: str, gathered: Gathered, exact: list[str], result: ChatResult) -> str:
+        """The model's answer after output validation (as /ask validates its answers), with its passage citations."""
         checked = validate_output(reply, context=[str(hit.payload.get("text", "")) for hit in gathered.hits] + exact,
-                                  source_count=len(gathered.hits), system_prompt=COMPOSE)
+                                  source_count=len(gathered.hits), system_prompt=COMPOSE,
+                                  injected_payloads=[payload for item in gathered.observations
+                                                     for payload in item.payloads])
         result.guardrails["output_violations"] = [vars(item) for item in checked.violations]
         result.answer = checked.answer
         result.citations += [{"kind": "passage", "number": number, "path": hit.payload.get("path"),
                               "chunk_id": hit.id} for number, hit in enumerate(gathered.hits, start=1)
                              if f"[{number}]" in checked.answer]
-        yield checked.answer
+        return checked.answer
 
     def _call(self, messages: list[dict[str, str]], result: ChatResult,
               response_format: dict[str, Any] | None = None) -> str:
@@ -313,6 +317,13 @@ class ChatAgent:
         result.tokens["in"] += int(usage.get("prompt_tokens") or 0)
         result.tokens["out"] += int(usage.get("completion_tokens") or 0)
         return reply
+
+
+def compose_prompt(question: str, gathered: Gathered, exact: list[str], marker: str) -> str:
+    """The compose step's input: the exact results and the numbered passages, fenced as data."""
+    passages = [f"[{number}] {hit.payload.get('path')}: {str(hit.payload.get('text', ''))[:700]}"
+                for number, hit in enumerate(gathered.hits, start=1)]
+    return f"Question: {question}\n{marker}\n" + "\n".join(exact + passages) + f"\n{marker}"
 
 
 def plan_where(message: str, catalog: FieldCatalog) -> dict[str, Any]:

@@ -44,6 +44,12 @@ _DISTINCT = re.compile(r"\b(which|what)\s+(different\s+|distinct\s+)?([a-z][a-z 
 _LOOKUP = re.compile(r"\b(?:what|who|when|which)\s+(?:is|was|are|were)\s+(?:the\s+)?([a-z][a-z _-]*?)\s+"
                      r"(?:of|for|behind)\s+(.+)")
 _LIST = re.compile(r"\b(list|show|which|what|name|give me|find)\b")
+# What a question counts or lists must be documents (not "sessions" or "levels" inside one document's text).
+_DOCUMENTS = (r"(?:documents?|docs|files?|projects?|reports?|contracts?|pages|pitch(?:es)?|notes|games|decks|"
+              r"presentations|pdfs|entries|ones|those|these|them)")
+_COUNTED = re.compile(r"\b(?:how many|number of|count)\s+(?:(?:the|all|of)\s+)*(?:[\w-]+\s+){0,3}?" + _DOCUMENTS + r"\b")
+_LISTED = re.compile(r"^(?:list|show|name|give me|find)\b|\b(?:which|what)\s+(?:[\w-]+\s+){0,3}?" + _DOCUMENTS +
+                     r"\b")
 _YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")
 _COMPARE = re.compile(r"\b(after|since|from|before|until|more than|over|above|greater than|at least|less than|"
                       r"fewer than|under|below|at most)\s+(\d+(?:\.\d+)?)")
@@ -225,7 +231,7 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
     listed = [name for name, value in where.items() if isinstance(value, list) and len(value) >= 3]
     if _COUNT.search(text) and listed:  # "how many are released, in development or cancelled": one count each
         return Action(QUERY_METADATA, {"op": "group_by", "by": listed[0], "where": where})
-    if _COUNT.search(text) and (where or named or re.search(r"\b(documents?|files?)\b", text)):
+    if _COUNTED.search(text):
         return Action(QUERY_METADATA, compact({"op": "count", "where": where}))
     distinct = re.search(r"\b(which|what|who)\b", text)
     if distinct and asked and not _LIST.search(text[:distinct.start()]) and (
@@ -234,7 +240,7 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
         if text[distinct.start():].startswith(("which", "what", "who")) and \
                 field_named(text[distinct.end():], catalog) == field or text.startswith("who"):
             return Action(QUERY_METADATA, compact({"op": "distinct", "field": field, "where": where}))
-    if where and _LIST.search(text):
+    if where and _LISTED.search(text):
         return Action(QUERY_METADATA, compact({"op": "list", "field": "title" if "title" in catalog.fields else None,
                                                "where": where}))
     filterable = {name: value for name, value in where.items()

@@ -34,6 +34,7 @@ class Observation:
     hits: list[Hit] = field(default_factory=list)
     result: QueryResult | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
+    payloads: list[str] = field(default_factory=list)  # what injections in the observation demand (output check)
     error: str | None = None
     ms: float = 0.0
 
@@ -90,9 +91,10 @@ class Tools:
         filters = {name: value if isinstance(value, list) else str(value) for name, value in asked.items()}
         filters.update(self.filters)  # the request's filters cannot be widened
         hits = self.retriever.search(query, top_k=SEARCH_TOP_K, filters=filters or None, scope=self.scope).hits
-        kept, findings = [], []
+        kept, findings, payloads = [], [], []
         for hit in hits:
             found = scan_text(str(hit.payload.get("text", "")), str(hit.payload.get("path")))
+            payloads += [item.payload for item in found if item.payload]
             if found:
                 findings.append({"path": hit.payload.get("path"), "findings": [item.kind for item in found],
                                  "quarantined": quarantined(found)})
@@ -101,7 +103,7 @@ class Tools:
         paths = list(dict.fromkeys(file_name(hit) for hit in kept))
         summary = f"{len(kept)} passage(s) from {', '.join(paths[:5]) or 'no document'}" + \
             (f"; {len(hits) - len(kept)} quarantined" if len(kept) < len(hits) else "")
-        return Observation(SEMANTIC_SEARCH, args, summary, hits=kept, findings=findings)
+        return Observation(SEMANTIC_SEARCH, args, summary, hits=kept, findings=findings, payloads=payloads)
 
     def _query(self, args: dict[str, Any]) -> Observation:
         result = self.runner.run_json(args, self.scope)
@@ -109,7 +111,8 @@ class Tools:
         found = scan_text(text, "metadata result")
         findings = [{"path": "metadata result", "findings": [item.kind for item in found],
                      "quarantined": quarantined(found)}] if found else []
-        return Observation(QUERY_METADATA, args, summarise(result), result=result, findings=findings)
+        return Observation(QUERY_METADATA, args, summarise(result), result=result, findings=findings,
+                           payloads=[item.payload for item in found if item.payload])
 
 
 def file_name(hit: Hit) -> str:

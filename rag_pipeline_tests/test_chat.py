@@ -1,0 +1,227 @@
+"""/chat on a real ingest of the catalog corpus: the deterministic planner (its accuracy on the golden aggregation
+questions, phrased several ways), compound questions, follow-ups, memory and ownership over the real HTTP server,
+and the LLM agent loop against fake model servers of both providers (a well-behaved model, one that emits
+malformed JSON, one that loops, one that times out)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from rag_pipeline import components
+from rag_pipeline.chat.memory import LOCAL_OWNER, ChatMemory
+from rag_pipeline.chat.planner import FieldCatalog, plan
+from rag_pipeline.chat.service import ChatService
+from rag_pipeline.errors import NotFound
+from rag_pipeline.evaluate.aggregation import answer_of, is_correct
+from rag_pipeline.evaluate.golden import load_golden
+from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.llm import build_llm
+from rag_pipeline.serve.keys import create_key
+from rag_pipeline.settings import Settings
+from rag_pipeline.structured.query import QueryRunner, load_registry, named_values
+from rag_pipeline_tests.fake_ollama import FakeOllama
+from rag_pipeline_tests.fake_openai import FakeOpenAI
+from rag_pipeline_tests.test_api import parse_sse, running_api
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "golden" / "catalog_golden.yaml"
+PARAPHRASES = REPO / "golden" / "catalog_paraphrases.yaml"
+
+
+@pytest.fixture(scope="module")
+def service(catalog: Settings) -> Iterator[Callable[..., ChatService]]:
+    """ChatService over the catalog index, with the given settings' LLM (none by default)."""
+    retriever = components.open_retriever(catalog)
+
+    def make(settings: Settings = catalog) -> ChatService:
+        return ChatService(settings, components.answerer(catalog, retriever), Sidecar(catalog.sidecar_path),
+                           build_llm(settings))
+
+    yield make
+    retriever.close()
+
+
+def test_the_planner_answers_the_golden_aggregation_questions_phrased_several_ways(catalog: Settings) -> None:
+    sidecar = Sidecar(catalog.sidecar_path)
+    catalogue = FieldCatalog(load_registry(catalog, sidecar), named_values(catalog, sidecar))
+    runner = QueryRunner(catalog, sidecar)
+    phrasings = yaml.safe_load(PARAPHRASES.read_text())
+    correct = asked = 0
+    for question in load_golden(GOLDEN).questions:
+        if question.kind != "aggregation":
+            continue
+        for text in [question.question, *phrasings[question.id]]:
+            asked += 1
+            actions = plan(text, catalogue)
+            if len(actions) == 1 and actions[0].tool == "query_metadata":
+                result = runner.run_json(actions[0].args)
+                correct += is_correct(question, answer_of(result, next(iter(question.expected))))
+    assert asked == 111 and correct / asked >= 0.95
+
+
+def test_semantic_questions_go_to_search(catalog: Settings) -> None:
+    sidecar = Sidecar(catalog.sidecar_path)
+    catalogue = FieldCatalog(load_registry(catalog, sidecar), named_values(catalog, sidecar))
+    routed = [plan(question.question, catalogue)[0].tool for question in load_golden(GOLDEN).questions
+              if question.kind == "semantic"]
+    assert routed.count("semantic_search") / len(routed) >= 0.9
+
+
+def test_a_compound_question_uses_both_tools(service: Callable[..., ChatService], catalog: Settings) -> None:
+    events = list(service().stream("list the puzzle projects, and for the fishing one describe its theme",
+                                   LOCAL_OWNER))
+    names = [event for event, _ in events]
+    assert names[0] == "session" and names[-1] == "done" and "token" in names
+    done = events[-1][1]
+    assert [step["tool"] for step in done["trajectory"]] == ["query_metadata", "semantic_search"]
+    assert done["trajectory"][1]["args"]["filters"] == {"genre": "fishing"}
+    puzzle = QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json({"op": "count", "where": {"genre": "puzzle"}})
+    assert done["answer"].startswith(f"{puzzle.rows[0]['count']} documents matching genre = puzzle")
+    assert "retired ferry captain" in done["answer"] and done["exit_reason"] == "planned"
+    kinds = {citation["kind"] for citation in done["citations"]}
+    assert kinds == {"document", "passage"} and done["llm_calls"] == 0
+
+
+def test_follow_ups_keep_the_previous_filters(service: Callable[..., ChatService], catalog: Settings) -> None:
+    chat = service()
+    first = chat.turn("Which projects were cancelled?", LOCAL_OWNER)
+    assert first["trajectory"][0]["args"]["where"] == {"status": "cancelled"}
+    second = chat.turn("and how many of those were signed after 2020?", LOCAL_OWNER, first["session_id"])
+    where = second["trajectory"][0]["args"]["where"]
+    assert where == {"status": "cancelled", "signed": {"gt": "2020"}} and second["trajectory"][0]["args"]["op"] == "count"
+    expected = QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json({"op": "count", "where": where})
+    assert second["answer"].startswith(f"{expected.rows[0]['count']} documents")
+    third = chat.turn("what about the racing ones?", LOCAL_OWNER, first["session_id"])  # a new value replaces none
+    assert third["trajectory"][0]["args"]["where"]["genre"] == "racing"
+    assert third["trajectory"][0]["args"]["where"]["status"] == "cancelled"
+    turns = ChatMemory(Sidecar(catalog.sidecar_path), 30).turns(first["session_id"], LOCAL_OWNER)
+    assert [turn["turn"] for turn in turns] == [1, 2, 3] and turns[1]["record"]["exit_reason"] == "planned"
+
+
+def test_memory_belongs_to_its_owner_and_expires(tmp_path: Path) -> None:
+    sidecar = Sidecar(tmp_path / "sidecar.duckdb")
+    memory = ChatMemory(sidecar, retention_days=30)
+    session, history = memory.session(None, "alice")
+    assert history == [] and memory.save(session, "alice", "hi", "hello", {"filters": {}}) == 1
+    with pytest.raises(NotFound):
+        memory.turns(session, "bob")
+    with pytest.raises(NotFound):
+        memory.save(session, "bob", "mine now?", "no", {})
+    expiring = ChatMemory(sidecar, retention_days=1e-9)
+    other, _ = expiring.session(None, "carol")
+    expiring.save(other, "carol", "x", "y", {})  # saving prunes sessions idle for longer than the retention
+    with pytest.raises(NotFound):
+        memory.turns(session, "alice")
+
+
+def test_http_chat_streams_answers_and_keeps_sessions_per_key(catalog: Settings) -> None:
+    keys = catalog.data_dir / "api_keys.yaml"
+    tokens = {name: create_key(keys, name, "reader")[1] for name in ("chat-alice", "chat-bob")}
+
+    def headers(name: str, accept: str = "text/event-stream") -> dict[str, str]:
+        return {"Authorization": f"Bearer {tokens[name]}", "Accept": accept}
+
+    with running_api(catalog) as url:
+        streamed = httpx.post(f"{url}/chat", json={"message": "How many PDF documents are there?"},
+                              headers=headers("chat-alice"), timeout=120)
+        assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+        events = parse_sse(streamed.text)
+        assert [event for event, _ in events][:3] == ["session", "step", "observation"]
+        done = events[-1][1]
+        assert events[-1][0] == "done" and done["answer"].startswith("4 documents")
+        assert set(done) >= {"answer", "session_id", "citations", "trajectory", "exit_reason", "llm_calls",
+                             "timings_ms"}
+        session = done["session_id"]
+        follow = httpx.post(f"{url}/chat", json={"message": "and how many of those were created in 2000?",
+                                                 "session_id": session},
+                            headers=headers("chat-alice", "application/json"), timeout=120)
+        assert follow.status_code == 200 and follow.json()["session_id"] == session
+        assert follow.json()["trajectory"][0]["args"]["where"]["type"] == "pdf"
+        history = httpx.get(f"{url}/chat/{session}", headers=headers("chat-alice"), timeout=30).json()
+        assert [turn["turn"] for turn in history["turns"]] == [1, 2]
+        for method in ("GET", "DELETE"):
+            stranger = httpx.request(method, f"{url}/chat/{session}", headers=headers("chat-bob"), timeout=30)
+            assert stranger.status_code == 404
+        hijack = httpx.post(f"{url}/chat", json={"message": "hi", "session_id": session},
+                            headers=headers("chat-bob", "application/json"), timeout=30)
+        assert hijack.status_code == 404 and hijack.json()["error"]["code"] == "session_not_found"
+        bad = httpx.post(f"{url}/chat", json={"message": ""}, headers=headers("chat-alice"), timeout=30)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_message"
+        gone = httpx.delete(f"{url}/chat/{session}", headers=headers("chat-alice"), timeout=30)
+        assert gone.status_code == 200
+        assert httpx.get(f"{url}/chat/{session}", headers=headers("chat-alice"), timeout=30).status_code == 404
+
+
+def scripted(*replies: str) -> Callable[[list[dict]], str]:
+    """A model that answers the agent's calls in order (the last reply repeats)."""
+    calls: list[int] = []
+
+    def reply(messages: list[dict]) -> str:
+        calls.append(1)
+        return replies[min(len(calls), len(replies)) - 1]
+    return reply
+
+
+def llm_settings(catalog: Settings, monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return Settings(data_dir=catalog.data_dir, sources_file=catalog.sources_file)
+
+
+COUNT_PDFS = json.dumps({"tool": "query_metadata", "args": {"op": "count", "where": {"type": "pdf"}}})
+FINISH = json.dumps({"tool": "finish"})
+
+
+def test_llm_agent_on_ollama(service: Callable[..., ChatService], catalog: Settings, fake_ollama: FakeOllama,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = llm_settings(catalog, monkeypatch, RAG_OLLAMA_URL=fake_ollama.url)
+    fake_ollama.reply = scripted(COUNT_PDFS, FINISH, "The catalogue holds 4 PDF documents [D1].")
+    done = service(settings).turn("How many PDFs are there?", LOCAL_OWNER)
+    assert done["exit_reason"] == "answered" and done["llm_calls"] == 3
+    assert done["answer"] == "The catalogue holds 4 PDF documents [D1]."
+    assert [step["tool"] for step in done["trajectory"]] == ["query_metadata"]
+    assert done["tokens"]["in"] > 0 and done["tokens"]["out"] > 0
+    chats = fake_ollama.bodies("/api/chat")
+    assert chats[0]["format"]["properties"]["tool"]["enum"] == ["semantic_search", "query_metadata", "finish"]
+    observation = chats[1]["messages"][-1]["content"]
+    assert observation.startswith("Observation:\n<<data-") and '"count": 4' in observation  # spotlighted data
+
+
+def test_llm_agent_on_an_openai_compatible_server(service: Callable[..., ChatService], catalog: Settings,
+                                                  fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = llm_settings(catalog, monkeypatch, RAG_LLM_PROVIDER="openai", RAG_LLM_BASE_URL=fake_openai.url,
+                            RAG_LLM_MODEL="fake-chat")
+    search = json.dumps({"tool": "semantic_search", "args": {"query": "fishing game line tension"}})
+    fake_openai.reply = scripted(search, FINISH, "Tension comes through sound and rumble [1].")
+    done = service(settings).turn("How does the fishing game show line tension?", LOCAL_OWNER)
+    assert done["exit_reason"] == "answered" and done["trajectory"][0]["tool"] == "semantic_search"
+    assert done["citations"] and done["citations"][0]["kind"] == "passage"
+    assert done["tokens"]["out"] > 0
+    assert fake_openai.bodies("/v1/chat/completions")[0]["response_format"]["type"] == "json_schema"
+
+
+def test_malformed_looping_and_slow_models(service: Callable[..., ChatService], catalog: Settings,
+                                           fake_ollama: FakeOllama, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = llm_settings(catalog, monkeypatch, RAG_OLLAMA_URL=fake_ollama.url, RAG_LLM_RETRIES="0",
+                            RAG_LLM_TIMEOUT_S="0.5")
+    fake_ollama.reply = scripted("I think I should count the PDFs, let me see")  # not a JSON action
+    fallback = service(settings).turn("How many PDF documents are there?", LOCAL_OWNER)
+    assert fallback["exit_reason"] == "fallback" and fallback["answer"].startswith("4 documents")
+    assert fallback["llm_calls"] == 1
+    fake_ollama.reply = scripted(COUNT_PDFS)  # asks for the same call forever
+    looping = service(settings).turn("How many PDF documents are there?", LOCAL_OWNER)
+    assert looping["exit_reason"] == "cap_reached"
+    assert [step["refused"] for step in looping["trajectory"]] == [False, True, True, True]
+    assert looping["answer"].startswith("4 documents")  # its compose reply was another action: composed exactly
+    assert any("did not write an answer" in warning for warning in looping["guardrails"]["warnings"])
+    fake_ollama.reply = scripted(COUNT_PDFS)
+    fake_ollama.delay_s = 2.0  # longer than RAG_LLM_TIMEOUT_S
+    slow = service(settings).turn("How many PDF documents are there?", LOCAL_OWNER)
+    assert slow["exit_reason"] == "fallback" and slow["answer"].startswith("4 documents")
+    assert any("planned deterministically" in warning for warning in slow["guardrails"]["warnings"])
