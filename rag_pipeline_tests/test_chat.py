@@ -225,3 +225,17 @@ def test_malformed_looping_and_slow_models(service: Callable[..., ChatService], 
     slow = service(settings).turn("How many PDF documents are there?", LOCAL_OWNER)
     assert slow["exit_reason"] == "fallback" and slow["answer"].startswith("4 documents")
     assert any("planned deterministically" in warning for warning in slow["guardrails"]["warnings"])
+
+
+def test_evaluation_of_chat_next_to_ask(service: Callable[..., ChatService], catalog: Settings) -> None:
+    from rag_pipeline.evaluate.chat import evaluate_chat
+
+    chat = service()
+    report = evaluate_chat(load_golden(GOLDEN).questions, chat, chat.answerer, QueryRunner(
+        catalog, Sidecar(catalog.sidecar_path)), conversations=REPO / "golden" / "catalog_conversations.yaml")
+    aggregation, semantic = report["by_kind"]["aggregation"], report["by_kind"]["semantic"]
+    assert aggregation["questions"] == 37 and aggregation["chat_routing_accuracy"] == 1.0
+    assert aggregation["chat_answer_accuracy"] >= 0.95 > aggregation["ask_answer_accuracy"]
+    assert semantic["chat_routing_accuracy"] == 1.0 and semantic["chat_answer_accuracy"] > 0.5
+    conversations = report["conversations"]
+    assert conversations["turns"] == 10 and conversations["failures"] == []

@@ -243,9 +243,13 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
     if where and _LISTED.search(text):
         return Action(QUERY_METADATA, compact({"op": "list", "field": "title" if "title" in catalog.fields else None,
                                                "where": where}))
-    filterable = {name: value for name, value in where.items()
-                  if catalog.fields[name].spec is not None and catalog.fields[name].spec.filterable}
-    return Action(SEMANTIC_SEARCH, compact({"query": standalone(clause), "filters": filterable}))
+    query = standalone(clause)
+    # A clause that points back at a value ("for the fishing one, ...") searches only documents with that value;
+    # other values a question mentions only rank the passages (a filter would drop documents that do not state
+    # the field: a contract has no theme).
+    filterable = {name: value for name, value in where.items() if query != clause.strip()
+                  and catalog.fields[name].spec is not None and catalog.fields[name].spec.filterable}
+    return Action(SEMANTIC_SEARCH, compact({"query": query, "filters": filterable}))
 
 
 def standalone(clause: str) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline import components
+from rag_pipeline.errors import ConfigError
 from rag_pipeline.evaluate.golden import load_golden
 from rag_pipeline.evaluate.judge import Judge
 from rag_pipeline.evaluate.runner import Granularity, evaluate_golden
@@ -38,6 +39,30 @@ def evaluate_index(settings: Settings, golden_path: str | Path | None = None, *,
     finally:
         retriever.close()
     return report
+
+
+def evaluate_chat_on_index(settings: Settings, golden_path: str | Path, paraphrases: str | Path | None = None,
+                           conversations: str | Path | None = None) -> dict[str, Any]:
+    """/chat next to /ask on the golden set (and its paraphrases and conversations) over the current index."""
+    import yaml
+
+    from rag_pipeline.chat.service import ChatService
+    from rag_pipeline.evaluate.chat import evaluate_chat
+
+    sidecar = Sidecar(settings.sidecar_path)
+    golden = load_golden(golden_path)
+    try:
+        phrasings = yaml.safe_load(Path(paraphrases).read_text()) if paraphrases else {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{paraphrases}: cannot read the paraphrases: {error}") from error
+    retriever = components.open_retriever(settings, semantic_cache=False)
+    try:
+        answerer = components.answerer(settings, retriever)
+        chat = ChatService(settings, answerer, sidecar, build_llm(settings))
+        return evaluate_chat(golden.questions, chat, answerer, QueryRunner(settings, sidecar), phrasings,
+                             Path(conversations) if conversations else None)
+    finally:
+        retriever.close()
 
 
 def headline(report: dict[str, Any]) -> dict[str, float]:
@@ -76,6 +101,18 @@ def format_report(report: dict[str, Any], previous: dict[str, float] | None = No
                   for op, item in aggregation["by_op"].items()]
         lines += [f"- missed `{miss['id']}`: got {miss['got']!r}, expected {miss['expected']!r}"
                   + (f" ({miss['error']})" if miss["error"] else "") for miss in aggregation["misses"][:20]]
+    chat = report.get("chat")
+    if chat:
+        lines += ["", f"/chat next to /ask ({chat['questions']} phrasings, {chat['average_tool_calls']:.2f} tool calls "
+                      f"per question, turn p50 {chat['turn_ms_p50']:.0f} ms):", "",
+                  "| kind | questions | chat routing | chat answers | ask answers |", "|---|---|---|---|---|"]
+        lines += [f"| {kind} | {item['questions']} | {item['chat_routing_accuracy']:.3f} | "
+                  f"{item['chat_answer_accuracy']:.3f} | {item['ask_answer_accuracy']:.3f} |"
+                  for kind, item in chat["by_kind"].items()]
+        if "conversations" in chat:
+            talk = chat["conversations"]
+            lines.append(f"\nConversations: {talk['passed']}/{talk['turns']} turns passed, routing "
+                         f"{talk['routing_accuracy']:.3f}.")
     if report.get("generator"):
         lines += ["", f"Answers by `{report['generator']}`."]
     return "\n".join(lines)

@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--top-k", type=int, default=10)
     evaluate.add_argument("--granularity", choices=("file", "chunk"), default="file")
     evaluate.add_argument("--no-answers", action="store_true", help="retrieval metrics only")
+    evaluate.add_argument("--chat", action="store_true",
+                          help="also /chat next to /ask: routing and answer accuracy per question kind")
+    evaluate.add_argument("--paraphrases", default=None,
+                          help="with --chat: other phrasings of the golden questions (YAML: id -> [text, ...])")
+    evaluate.add_argument("--conversations", default=None,
+                          help="with --chat: multi-turn and compound conversations (YAML, see "
+                               "golden/catalog_conversations.yaml)")
     evaluate.add_argument("--gate", action="store_true",
                           help="exit 1 unless Recall@5 and NDCG@10 pass the quality gate (the floors RAG_EVAL_MIN_*, "
                                "and at most RAG_EVAL_MAX_DROP below the latest recorded evaluation of the set)")
@@ -357,6 +364,10 @@ def run_eval(args: argparse.Namespace) -> int:
     settings = Settings(data_dir=args.data_dir)
     report = evaluate_index(settings, args.golden, top_k=args.top_k, granularity=args.granularity,
                             with_answers=not args.no_answers)
+    if args.chat:
+        from rag_pipeline.evaluate.service import evaluate_chat_on_index
+
+        report["chat"] = evaluate_chat_on_index(settings, report["golden_path"], args.paraphrases, args.conversations)
     gate = quality_gate(headline(report), previous_metrics(settings, report["golden"]), settings) if args.gate else None
     if gate is not None:
         report["gate"] = {"passed": gate.passed, "details": gate.details}
