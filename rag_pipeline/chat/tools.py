@@ -96,7 +96,7 @@ class Tools:
             found = scan_text(str(hit.payload.get("text", "")), str(hit.payload.get("path")))
             payloads += [item.payload for item in found if item.payload]
             if found:
-                findings.append({"path": hit.payload.get("path"), "findings": [item.kind for item in found],
+                findings.append({"path": hit.payload.get("path"), "findings": [item.rule for item in found],
                                  "quarantined": quarantined(found)})
             if not quarantined(found):
                 kept.append(hit)
@@ -109,7 +109,7 @@ class Tools:
         result = self.runner.run_json(args, self.scope)
         text = json.dumps(result.rows[:SHOWN_ROWS], default=str)
         found = scan_text(text, "metadata result")
-        findings = [{"path": "metadata result", "findings": [item.kind for item in found],
+        findings = [{"path": "metadata result", "findings": [item.rule for item in found],
                      "quarantined": quarantined(found)}] if found else []
         return Observation(QUERY_METADATA, args, summarise(result), result=result, findings=findings,
                            payloads=[item.payload for item in found if item.payload])
