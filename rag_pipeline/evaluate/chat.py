@@ -90,7 +90,9 @@ def evaluate_chat(questions: Sequence[GoldenQuestion], chat: ChatService, answer
             "chat_answer_accuracy": sum(row["chat_correct"] for row in kind_rows) / len(kind_rows),
             "ask_answer_accuracy": sum(row["ask_correct"] for row in kind_rows) / len(kind_rows)}
     report["average_tool_calls"] = sum(calls) / len(calls) if calls else 0.0
-    report["turn_ms_p50"] = sorted(turn_ms)[len(turn_ms) // 2] if turn_ms else 0.0
+    ordered = sorted(turn_ms)
+    report["turn_ms_p50"] = ordered[len(ordered) // 2] if ordered else 0.0
+    report["turn_ms_p95"] = ordered[int(0.95 * (len(ordered) - 1))] if ordered else 0.0
     report["misrouted"] = [row for row in rows if not row["routed"]][:30]
     if conversations is not None:
         report["conversations"] = evaluate_conversations(conversations, chat, runner)
