@@ -104,7 +104,7 @@ def format_report(report: dict[str, Any], previous: dict[str, float] | None = No
     chat = report.get("chat")
     if chat:
         lines += ["", f"/chat next to /ask ({chat['questions']} phrasings, {chat['average_tool_calls']:.2f} tool calls "
-                      f"per question, turn p50 {chat['turn_ms_p50']:.0f} ms):", "",
+                      f"per question, turn p50 {chat['turn_ms_p50']:.0f} ms, p95 {chat['turn_ms_p95']:.0f} ms):", "",
                   "| kind | questions | chat routing | chat answers | ask answers |", "|---|---|---|---|---|"]
         lines += [f"| {kind} | {item['questions']} | {item['chat_routing_accuracy']:.3f} | "
                   f"{item['chat_answer_accuracy']:.3f} | {item['ask_answer_accuracy']:.3f} |"
