@@ -39,11 +39,6 @@ _TOP = re.compile(r"\b(top|largest|biggest|highest|most expensive|greatest|lates
                   r"last)\b")
 _GROUP = re.compile(r"\b(?:per|for each|for every|each|by|breakdown of|broken down by|grouped by|split by)\s+"
                     r"(?:the\s+|their\s+)?([a-z][a-z _-]*)")
-_DISTINCT = re.compile(r"\b(which|what)\s+(different\s+|distinct\s+)?([a-z][a-z _-]*?)s?\s+(are there|exist|do we have|"
-                       r"are used|appear|are in)\b|\b(different|distinct)\s+([a-z][a-z _-]*)")
-_LOOKUP = re.compile(r"\b(?:what|who|when|which)\s+(?:is|was|are|were)\s+(?:the\s+)?([a-z][a-z _-]*?)\s+"
-                     r"(?:of|for|behind)\s+(.+)")
-_LIST = re.compile(r"\b(list|show|which|what|name|give me|find)\b")
 # What a question counts or lists must be documents (not "sessions" or "levels" inside one document's text).
 _DOCUMENTS = (r"(?:documents?|docs|files?|projects?|reports?|contracts?|pages|pitch(?:es)?|notes|games|decks|"
               r"presentations|pdfs|entries|ones|those|these|them)")
@@ -233,13 +228,9 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
         return Action(QUERY_METADATA, {"op": "group_by", "by": listed[0], "where": where})
     if _COUNTED.search(text):
         return Action(QUERY_METADATA, compact({"op": "count", "where": where}))
-    distinct = re.search(r"\b(which|what|who)\b", text)
-    if distinct and asked and not _LIST.search(text[:distinct.start()]) and (
-            re.match(r"(?:on\s+|in\s+|for\s+)?(?:which|what|who)\s+(?:[a-z]+\s+){0,2}?", text[distinct.start():])):
-        field = asked[0]
-        if text[distinct.start():].startswith(("which", "what", "who")) and \
-                field_named(text[distinct.end():], catalog) == field or text.startswith("who"):
-            return Action(QUERY_METADATA, compact({"op": "distinct", "field": field, "where": where}))
+    asking = re.search(r"\b(which|what|who)\b", text)  # "which publishers ...", "who wrote the contracts"
+    if asking and asked and (field_named(text[asking.end():], catalog) == asked[0] or asking.group(1) == "who"):
+        return Action(QUERY_METADATA, compact({"op": "distinct", "field": asked[0], "where": where}))
     if where and _LISTED.search(text):
         return Action(QUERY_METADATA, compact({"op": "list", "field": "title" if "title" in catalog.fields else None,
                                                "where": where}))
