@@ -41,7 +41,28 @@ def _tagged(model: str) -> str:
     return model if ":" in model else f"{model}:latest"
 
 
-class FakeOllama(ThreadingHTTPServer):
+class QuietServer(ThreadingHTTPServer):
+    """A threading HTTP server that does not log clients giving up (e.g. on a timeout)."""
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """GETs and JSON POSTs, both handed to `answer(body)` (None for a GET)."""
+
+    def do_GET(self) -> None:
+        self.answer(None)
+
+    def do_POST(self) -> None:
+        self.answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+    def answer(self, body: Any) -> None:
+        raise NotImplementedError
+
+
+class FakeOllama(QuietServer):
     """Ollama on 127.0.0.1 (a free port). Attributes tests may change at any time:
 
     chat_models / embed_models: models /api/chat and /api/generate, resp. /api/embed, know (with or without
@@ -83,19 +104,9 @@ class FakeOllama(ThreadingHTTPServer):
                 return True
             return False
 
-    def handle_error(self, request, client_address) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up (e.g. timed out) is fine
-            super().handle_error(request, client_address)
 
-
-class FakeOllamaHandler(BaseHTTPRequestHandler):
+class FakeOllamaHandler(JsonHandler):
     server: FakeOllama
-
-    def do_GET(self) -> None:
-        self.answer(None)
-
-    def do_POST(self) -> None:
-        self.answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
 
     def answer(self, body: Any) -> None:
         server = self.server

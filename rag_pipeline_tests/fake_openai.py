@@ -5,21 +5,19 @@ attributes; every request is recorded in `requests`."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-from rag_pipeline_tests.fake_ollama import echo_reply, fake_vector, split_pieces
+from rag_pipeline_tests.fake_ollama import JsonHandler, QuietServer, echo_reply, fake_vector, split_pieces
 
 FAKE_CHAT_MODEL = "fake-chat"
 FAKE_EMBED_MODEL = "fake-embed"
 CREATED = 1_700_000_000
 
 
-class FakeOpenAI(ThreadingHTTPServer):
+class FakeOpenAI(QuietServer):
     """An OpenAI-compatible server on 127.0.0.1 (a free port). Attributes tests may change at any time:
 
     chat_models / embed_models: the models it serves (others get 404 model_not_found). reply(messages) -> str: the
@@ -61,23 +59,13 @@ class FakeOpenAI(ThreadingHTTPServer):
                 return True
             return False
 
-    def handle_error(self, request, client_address) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up (e.g. timed out) is fine
-            super().handle_error(request, client_address)
-
 
 def error_body(message: str, kind: str, code: str | None = None) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
-class FakeOpenAIHandler(BaseHTTPRequestHandler):
+class FakeOpenAIHandler(JsonHandler):
     server: FakeOpenAI
-
-    def do_GET(self) -> None:
-        self.answer(None)
-
-    def do_POST(self) -> None:
-        self.answer(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
 
     def answer(self, body: Any) -> None:
         server = self.server
