@@ -128,7 +128,7 @@ class Settings(BaseSettings):
     query_timeout_seconds: float = Field(5.0, gt=0, le=120)
     # /chat: tool calls per turn (the agent's hard cap), and how long an idle session is kept.
     chat_max_tool_calls: int = Field(4, ge=1, le=16)
-    chat_retention_days: float = Field(30.0, gt=0)
+    chat_retention_days: float = Field(30.0, gt=0, le=36500)
 
     # HyDE (needs an LLM, see below): "standard" embeds n hypothetical answers (averaged with the query),
     # "adaptive" does so only when the top dense score is below hyde_adaptive_threshold, "multi" rotates

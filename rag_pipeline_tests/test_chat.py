@@ -313,13 +313,15 @@ def test_cli_chat_one_turn_and_a_session(catalog: Settings, tmp_path: Path) -> N
 
 @pytest.mark.parametrize("provider", ["ollama", "openai"])
 def test_http_chat_with_a_model_server(provider: str, catalog: Settings, fake_ollama: FakeOllama,
-                                       fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+                                       fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch,
+                                       tmp_path: Path) -> None:
     if provider == "ollama":
         fake, env = fake_ollama, {"RAG_OLLAMA_URL": fake_ollama.url}
     else:
         fake, env = fake_openai, {"RAG_LLM_PROVIDER": "openai", "RAG_LLM_BASE_URL": fake_openai.url,
                                   "RAG_LLM_MODEL": "fake-chat"}
-    settings = llm_settings(catalog, monkeypatch, RAG_LLM_RETRIES="0", RAG_LLM_TIMEOUT_S="1", **env)
+    settings = llm_settings(catalog, monkeypatch, RAG_LLM_RETRIES="0", RAG_LLM_TIMEOUT_S="1",
+                            RAG_API_KEYS_FILE=str(tmp_path / "no_keys.yaml"), **env)  # loopback, no keys
     with running_api(settings) as url:
         fake.reply = scripted(COUNT_PDFS, FINISH, "There are 4 PDF documents [D1].")
         streamed = httpx.post(f"{url}/chat", json={"message": "How many PDFs are there?"}, timeout=120)
@@ -335,3 +337,60 @@ def test_http_chat_with_a_model_server(provider: str, catalog: Settings, fake_ol
                                 headers={"Accept": "application/json"}, timeout=120).json()
             assert answer["exit_reason"] == reason and "4" in answer["answer"], (reply, delay, answer)
         fake.delay_s = 0.0
+
+
+def test_hostile_model_arguments_are_refused_observations(service: Callable[..., ChatService], catalog: Settings,
+                                                           fake_ollama: FakeOllama,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = llm_settings(catalog, monkeypatch, RAG_OLLAMA_URL=fake_ollama.url)
+    surrogate = '{"tool": "semantic_search", "args": {"query": "\\ud800 x", "filters": {"genre": "\\ud800"}}}'
+    nan_limit = '{"tool": "query_metadata", "args": {"op": "count", "limit": NaN}}'
+    bad_where = json.dumps({"tool": "query_metadata", "args": {"op": "count", "where": {"genre": {"x": [1]}}}})
+    fake_ollama.reply = scripted(surrogate, bad_where, FINISH, "I could not find it.")
+    done = service(settings).turn("How many PDFs are there?", LOCAL_OWNER)
+    assert [step["refused"] for step in done["trajectory"]] == [True, True]
+    assert "unusable" in done["trajectory"][0]["args"]  # recorded escaped, the session saved
+    json.dumps(done, allow_nan=False)
+    fake_ollama.reply = scripted(nan_limit)  # NaN is not JSON: the planner takes over
+    assert service(settings).turn("How many PDF documents are there?", LOCAL_OWNER)["exit_reason"] == "fallback"
+
+
+def test_request_filters_bound_the_metadata_tool(service: Callable[..., ChatService]) -> None:
+    chat = service()
+    narrowed = chat.turn("How many PDF documents are there?", LOCAL_OWNER, filters={"doc_type": "md"})
+    assert narrowed["answer"].startswith("0 documents")  # type = pdf AND the request's doc_type = md
+    prefix = chat.turn("How many PDF documents are there?", LOCAL_OWNER, filters={"path_prefix": "/x"})
+    assert prefix["trajectory"][0]["refused"] and "no meaning for query_metadata" in prefix["trajectory"][0]["summary"]
+
+
+def test_follow_ups_do_not_hijack_a_new_subject(service: Callable[..., ChatService]) -> None:
+    chat = service()
+    first = chat.turn("How many puzzle documents are there?", LOCAL_OWNER)
+    about = chat.turn("How does the fishing game show line tension? Tell me about them", LOCAL_OWNER,
+                      first["session_id"])
+    assert [step["tool"] for step in about["trajectory"]] == ["semantic_search"]
+    other = chat.turn("Also, who wrote the contracts?", LOCAL_OWNER, first["session_id"])
+    assert "genre" not in other["trajectory"][0]["args"].get("where", {})
+
+
+def test_the_compose_step_may_not_invent_numbers_or_documents(service: Callable[..., ChatService],
+                                                             catalog: Settings, fake_ollama: FakeOllama,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = llm_settings(catalog, monkeypatch, RAG_OLLAMA_URL=fake_ollama.url)
+    for invented in ("There are 99 PDFs [D1].", "There are 4 PDFs [D7]."):
+        fake_ollama.reply = scripted(COUNT_PDFS, FINISH, invented)
+        done = service(settings).turn("How many PDFs are there?", LOCAL_OWNER)
+        assert done["answer"].startswith("4 documents matching type = pdf")
+        assert any("composed extractively" in warning for warning in done["guardrails"]["warnings"])
+
+
+def test_concurrent_turns_of_one_session(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    memory = ChatMemory(Sidecar(tmp_path / "sidecar.duckdb"), 30)
+    session, _ = memory.session(None, "key:alice")
+    memory.save(session, "key:alice", "first", "answer", {})
+    with ThreadPoolExecutor(8) as pool:
+        numbers = list(pool.map(lambda index: memory.save(session, "key:alice", f"m{index}", "a", {}), range(8)))
+    assert sorted(numbers) == list(range(2, 10))
+    assert len(memory.turns(session, "key:alice", last=3)) == 3

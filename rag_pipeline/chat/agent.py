@@ -30,7 +30,7 @@ from rag_pipeline.chat.planner import (
     plan,
     split_clauses,
 )
-from rag_pipeline.chat.tools import Observation, Tools
+from rag_pipeline.chat.tools import Observation, Tools, safe_arguments
 from rag_pipeline.errors import Unavailable
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.guardrails import validate_output
@@ -38,6 +38,7 @@ from rag_pipeline.generate.result import Answer
 from rag_pipeline.llm import ChatModel
 
 ANSWERED, CAP_REACHED, FALLBACK, PLANNED = "answered", "cap_reached", "fallback", "planned"
+BACK_REFERENCE = re.compile(r"\b(those|these|them|of those|the same|ones)\b", re.IGNORECASE)
 FOLLOW_UP = re.compile(r"^\s*(and|also|what about|how about)\b|\b(those|these|them|they|of those|the same|that one)\b",
                        re.IGNORECASE)
 ACTION_SCHEMA = {"type": "object", "properties": {
@@ -166,21 +167,22 @@ class ChatAgent:
         return message, self._carry_over(message, previous)
 
     def _carry_over(self, message: str, previous: dict[str, Any]) -> list[Action]:
-        """The follow-up's plan with the previous turn's filters kept where it names no others, and its operation
-        when it names none."""
+        """The follow-up's plan. Its metadata calls keep the previous turn's filters on the fields it does not name
+        itself, when it points back ("those", "them", "the racing ones"); a follow-up that names no operation but
+        points back or asks "what about ..." repeats the previous operation with its own values. A search stays a
+        search."""
         actions = plan(message, self.catalog)
         earlier = previous.get("filters") or {}
         last = previous.get("last_action")
+        points_back = bool(BACK_REFERENCE.search(message))
         carried = []
         for action in actions:
-            if action.tool == SEMANTIC_SEARCH and last and last.get("tool") == QUERY_METADATA:
-                fresh = plan_where(message, self.catalog)
-                if not fresh and not earlier:
-                    carried.append(action)
-                    continue
-                action = Action(QUERY_METADATA, {**last["args"], "where": {**earlier, **fresh}})
-            elif action.tool == QUERY_METADATA:
-                action = Action(QUERY_METADATA, {**action.args, "where": {**earlier, **(action.args.get("where") or {})}})
+            own = action.args.get("where") or {} if action.tool == QUERY_METADATA else plan_where(message, self.catalog)
+            if action.tool == SEMANTIC_SEARCH and last and last.get("tool") == QUERY_METADATA and own and (
+                    points_back or re.match(r"\s*(what|how) about\b", message, re.IGNORECASE)):
+                action = Action(QUERY_METADATA, {**last["args"], "where": {**earlier, **own}})
+            elif action.tool == QUERY_METADATA and points_back:
+                action = Action(QUERY_METADATA, {**action.args, "where": {**earlier, **own}})
             carried.append(action)
         return carried
 
@@ -221,7 +223,8 @@ class ChatAgent:
                 return
             messages.append({"role": "assistant", "content": reply})
             if action.key() in seen:
-                step = Step(action.tool, action.args, "refused: an identical call was already made", 0.0, True)
+                step = Step(action.tool, safe_arguments(action.args), "refused: an identical call was already made",
+                            0.0, True)
                 result.trajectory.append(step)
                 yield "step", step.to_json()
                 messages.append({"role": "user", "content": "Observation: refused, you already made this exact call; "
@@ -235,10 +238,10 @@ class ChatAgent:
                                                         f"{self.marker}"})
 
     def _act(self, action: Action, gathered: Gathered, result: ChatResult) -> Iterator[tuple[str, Any]]:
-        yield "step", {"tool": action.tool, "args": action.args}
+        yield "step", {"tool": action.tool, "args": safe_arguments(action.args)}
         observation = self.tools.run(action.tool, action.args)
         gathered.observations.append(observation)
-        step = Step(action.tool, action.args, observation.summary, observation.ms, observation.error is not None)
+        step = Step(action.tool, observation.args, observation.summary, observation.ms, observation.error is not None)
         result.trajectory.append(step)
         if observation.findings:
             result.guardrails.setdefault("observation_findings", []).extend(observation.findings)
@@ -266,18 +269,21 @@ class ChatAgent:
             except Unavailable as error:
                 reply = None
                 result.guardrails.setdefault("warnings", []).append(f"{error}; composed extractively instead")
-            if reply is not None and reply.strip() and parse_action(reply) is None:
+            problem = None if reply is None else compose_problem(reply, question, exact, gathered,
+                                                                  len(result.citations))
+            if reply is not None and problem is None:
                 yield self._checked(reply, gathered, exact, result)
                 return
             if reply is not None:
-                result.guardrails.setdefault("warnings", []).append(
-                    "the model did not write an answer in the compose step; composed extractively instead")
+                result.guardrails.setdefault("warnings", []).append(f"{problem}; composed extractively instead")
         text = " ".join(exact)
         if exact:
             yield text
         semantic = [item for item in gathered.observations if item.tool == SEMANTIC_SEARCH]
         if semantic and hits:
             answer = self._passages_answer(semantic_question(question, semantic), hits)
+            if answer.generator != "extractive":  # the answerer's own LLM wrote the passages' answer
+                result.llm_calls += 1
             if text:
                 yield "\n\n"
             for piece in answer_pieces(answer):
@@ -313,10 +319,30 @@ class ChatAgent:
         assert self.llm is not None
         result.llm_calls += 1
         reply = self.llm.chat(messages, response_format)
+        reply = reply.encode("utf-8", errors="replace").decode("utf-8")  # no lone surrogates past this point
         usage = getattr(self.llm, "last_usage", None) or {}
         result.tokens["in"] += int(usage.get("prompt_tokens") or 0)
         result.tokens["out"] += int(usage.get("completion_tokens") or 0)
         return reply
+
+
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+
+
+def compose_problem(reply: str, question: str, exact: list[str], gathered: Gathered, documents: int) -> str | None:
+    """Why the model's compose reply cannot be the answer: empty, another action, a number no result or passage
+    states, or a document citation [Dn] that no metadata result gave. None when it can."""
+    if not reply.strip() or parse_action(reply) is not None:
+        return "the model did not write an answer in the compose step"
+    stated = " ".join([question, *exact, *(str(hit.payload.get("text", "")) for hit in gathered.hits)])
+    known = set(_NUMBER.findall(stated))
+    unknown = [number for number in _NUMBER.findall(re.sub(r"\[D?\d+\]", "", reply)) if number not in known]
+    if unknown:
+        return f"the model's answer states numbers no result gave ({', '.join(unknown[:3])})"
+    cited = [int(number) for number in re.findall(r"\[D(\d+)\]", reply)]
+    if any(not 1 <= number <= documents for number in cited):
+        return "the model cited documents no metadata result counted"
+    return None
 
 
 def compose_prompt(question: str, gathered: Gathered, exact: list[str], marker: str) -> str:
@@ -346,6 +372,10 @@ def passage_citations(answer: Answer) -> list[dict[str, Any]]:
              "chunk_id": answer.sources[number - 1].chunk_id} for number in answer.citations]
 
 
+def reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def parse_action(reply: str) -> Action | None:
     """The model's JSON action, or None when the reply is not one (a fenced block is accepted)."""
     text = reply.strip()
@@ -353,8 +383,8 @@ def parse_action(reply: str) -> Action | None:
     if fenced is None:
         return None
     try:
-        data = json.loads(fenced.group(0))
-    except json.JSONDecodeError:
+        data = json.loads(fenced.group(0), parse_constant=reject_constant)
+    except ValueError:  # not JSON, or NaN / Infinity
         return None
     if not isinstance(data, dict) or data.get("tool") not in (SEMANTIC_SEARCH, QUERY_METADATA, "finish"):
         return None

@@ -40,6 +40,8 @@ def describe(args: dict[str, Any], result: QueryResult, first_citation: int) -> 
     from `first_citation`."""
     where = conditions(args.get("where"))
     scope = f" matching {where}" if where else ""
+    if not result.rows and result.op != "count":
+        return f"No document{scope} has a value for that."
     cite = "".join(f"[D{first_citation + index}]" for index in range(min(len(result.documents), 3)))
     if result.op == "count":
         return f"{result.rows[0]['count']} documents{scope} {cite}.".replace(" .", ".")

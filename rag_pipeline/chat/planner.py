@@ -32,8 +32,8 @@ MONTHS = {month: number for number, month in enumerate(
 DEFAULT_SYNONYMS = {"author": ["wrote", "written by", "writer", "authors"], "created": ["created", "made"],
                     "modified": ["modified", "updated", "changed"], "title": ["called", "named"],
                     "type": ["file type", "document type", "format"], "folder": ["folder", "directory"]}
-_CLAUSE = re.compile(r"\s*(?:;|,?\s+and\s+(?=(?:then\s+)?(?:for|describe|explain|what|how|why|tell|summari[sz]e|"
-                     r"who|where|when|which|list|show|give)\b))\s*", re.IGNORECASE)
+_CLAUSE = re.compile(r"(?:;|,?\s+and\s+(?=(?:then\s+)?(?:for|describe|explain|what|how|why|tell|summari[sz]e|"
+                     r"who|where|when|which|list|show|give)\b))", re.IGNORECASE)
 _COUNT = re.compile(r"\b(how many|number of|count)\b")
 _TOP = re.compile(r"\b(top|largest|biggest|highest|most expensive|greatest|latest|newest|most recent|most recently|"
                   r"last)\b")
@@ -148,12 +148,14 @@ def original_value(catalog: FieldCatalog, name: str, lowered: str) -> str:
 
 
 def number_in(text: str) -> int | None:
-    match = re.search(r"\b(?:top|first|the|which|what|list)\s+(\d+|" + "|".join(NUMBER_WORDS) + r")\b", text) or \
-        re.search(r"\b(\d+|" + "|".join(NUMBER_WORDS) + r")\s+(?:largest|biggest|highest|most|latest|newest)", text)
+    """How many a top-n question asks for ("top 3", "which five", "2 largest"), within 1..100; a year is not one."""
+    words = r"(\d{1,3}|" + "|".join(NUMBER_WORDS) + r")"
+    match = re.search(r"\b(?:top|first|the|which|what|list)\s+" + words + r"\b(?!-)", text) or \
+        re.search(r"\b" + words + r"\s+(?:largest|biggest|highest|most|latest|newest)", text)
     if match is None:
         return None
     word = match.group(1)
-    return int(word) if word.isdigit() else NUMBER_WORDS[word]
+    return min(max(int(word) if word.isdigit() else NUMBER_WORDS[word], 1), 100)
 
 
 def field_named(phrase: str, catalog: FieldCatalog) -> str | None:
@@ -185,26 +187,44 @@ def where_clauses(text: str, catalog: FieldCatalog, named: list[str]) -> dict[st
         where[dates[0]] = {"gte": f"{year}-{MONTHS[months.group(1)]:02d}", "lte": f"{year}-{MONTHS[months.group(2)]:02d}"}
         return where
     between = _BETWEEN.search(text)
-    compare = _COMPARE.search(text)
     if between and (numeric or target):
-        where[numeric[0] if numeric else target] = {"gte": between.group(1), "lte": between.group(2)}
-    elif compare and (numeric or target):
+        low, high = sorted((between.group(1), between.group(2)), key=float)
+        where[numeric[0] if numeric else target] = {"gte": low, "lte": high}
+        return where
+    bounds: dict[str, dict[str, str]] = {}
+    date_field = dates[0] if dates else (target if target and catalog.fields[target].kind == "date" else None)
+    for month in re.finditer(r"\b(after|since|before|until)\s+(" + "|".join(MONTHS) + r")\s+(\d{4})", text):
+        if date_field:  # "signed after March 2023": a bound at that month
+            operator = {"after": "gt", "since": "gte", "before": "lt", "until": "lte"}[month.group(1)]
+            bounds.setdefault(date_field, {})[operator] = f"{month.group(3)}-{MONTHS[month.group(2)]:02d}"
+            text = text.replace(month.group(0), " ")
+    for compare in _COMPARE.finditer(text):  # every comparison, on the field named before it (else the date)
         word, value = compare.group(1), compare.group(2)
-        name = numeric[0] if numeric else target
+        before = [name for position, name in mentioned_fields(text[:compare.start()], catalog)
+                  if catalog.fields[name].kind in ("number", "date")]
+        name = before[-1] if before else (target if _YEAR.fullmatch(value) else numeric[0] if numeric else None)
+        if name is None:
+            continue
+        if word == "from" and _YEAR.fullmatch(value):  # "documents from 2023": that year
+            where[name] = value if catalog.fields[name].kind == "date" else int(value)
+            continue
         operator = {"after": "gt", "more than": "gt", "over": "gt", "above": "gt", "greater than": "gt",
                     "since": "gte", "from": "gte", "at least": "gte", "before": "lt", "less than": "lt",
                     "fewer than": "lt", "under": "lt", "below": "lt", "until": "lte", "at most": "lte"}[word]
-        where[name] = {operator: value}
-    else:
-        year = _YEAR.search(text)
-        if year and target and target not in where:
-            where[target] = year.group(1) if catalog.fields[target].kind == "date" else int(year.group(1))
+        bounds.setdefault(name, {})[operator] = value
+    where.update(bounds)
+    year = _YEAR.search(text)
+    if year and target and target not in where and target not in bounds and not any(
+            year.group(1) in compare.group(0) for compare in _COMPARE.finditer(text)):
+        where[target] = year.group(1) if catalog.fields[target].kind == "date" else int(year.group(1))
     return where
 
 
 def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
     """One tool call for one clause."""
     text = clause.lower()
+    if re.search(r"\b(not|except|excluding|without|other than)\b", text):  # the tool has no negation: search
+        return Action(SEMANTIC_SEARCH, {"query": standalone(clause)})
     named = [name for _, name in mentioned_fields(text, catalog)]
     where = where_clauses(text, catalog, named)
     subjects = subject_fields(catalog) & set(where)
@@ -218,7 +238,8 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
             return Action(QUERY_METADATA, compact({"op": "top_n", "field": ranked[0], "where": where,
                                                    "limit": number_in(text) or DEFAULT_TOP}))
     if group_field and (_COUNT.search(text) or re.search(r"\b(per|each|breakdown|grouped|split)\b", text)):
-        where.pop(group_field, None)
+        if not isinstance(where.get(group_field), dict):  # a range on the grouped field stays a filter
+            where.pop(group_field, None)
         return Action(QUERY_METADATA, compact({"op": "group_by", "by": group_field, "where": where}))
     if subjects and asked:  # "what is the budget of Ember Hollow", "when was Kite Season signed"
         return Action(QUERY_METADATA, {"op": "lookup", "field": asked[0], "where": {
@@ -261,6 +282,7 @@ def compact(args: dict[str, Any]) -> dict[str, Any]:
 
 def plan(question: str, catalog: FieldCatalog) -> list[Action]:
     """The tool calls that answer `question`, in order (identical calls once)."""
+    question = " ".join(question.split())[:4000]
     actions: list[Action] = []
     for clause in split_clauses(question):
         action = plan_clause(clause, catalog)

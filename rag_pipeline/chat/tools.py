@@ -4,7 +4,10 @@ retrieved chunks (a quarantined passage never reaches a model; flagged metadata 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,7 +18,9 @@ from rag_pipeline.errors import InputError, RagError
 from rag_pipeline.generate.guardrails import quarantined, scan_text
 from rag_pipeline.index.vector_store import Filters, Hit, Scope
 from rag_pipeline.retrieve.retriever import Retriever
-from rag_pipeline.structured.query import QueryResult, QueryRunner
+from rag_pipeline.structured.query import QueryResult, QueryRunner, parse_clause, parse_request
+
+log = logging.getLogger(__name__)
 
 TOOLS = (SEMANTIC_SEARCH, QUERY_METADATA)
 SEARCH_TOP_K = 5
@@ -65,8 +70,11 @@ class Tools:
         self.filters = dict(filters or {})
 
     def run(self, tool: str, args: Mapping[str, Any]) -> Observation:
+        """Run one call; a call the tools refuse (or that fails on hostile arguments) is an observation saying
+        so, never an error of the request: the arguments may come from a model."""
         started = time.perf_counter()
         try:
+            check_arguments(args)
             if tool == SEMANTIC_SEARCH:
                 observation = self._search(dict(args))
             elif tool == QUERY_METADATA:
@@ -74,7 +82,11 @@ class Tools:
             else:
                 raise InputError(f"unknown tool {tool!r}; the tools are {', '.join(TOOLS)}")
         except RagError as error:  # a bad call is an observation the model (or the planner) can act on
-            observation = Observation(tool, dict(args), f"refused: {error}", error=str(error))
+            observation = Observation(tool, safe_arguments(args), f"refused: {error}", error=str(error))
+        except (TypeError, ValueError, UnicodeError) as error:
+            log.warning("tool %s failed on its arguments: %s", tool, error)
+            observation = Observation(tool, safe_arguments(args), "refused: the arguments are not usable",
+                                      error="the arguments are not usable")
         observation.ms = (time.perf_counter() - started) * 1000
         return observation
 
@@ -106,13 +118,70 @@ class Tools:
         return Observation(SEMANTIC_SEARCH, args, summary, hits=kept, findings=findings, payloads=payloads)
 
     def _query(self, args: dict[str, Any]) -> Observation:
-        result = self.runner.run_json(args, self.scope)
+        """The metadata query, ANDed with the request's filters (which the model cannot replace)."""
+        registry = self.runner.registry(self.scope)
+        query = parse_request(args, registry)
+        extra = tuple(parse_clause(name, value, registry) for name, value in request_where(self.filters).items())
+        result = self.runner.run(dataclasses.replace(query, where=query.where + extra), registry, self.scope)
         text = json.dumps(result.rows[:SHOWN_ROWS], default=str)
         found = scan_text(text, "metadata result")
         findings = [{"path": "metadata result", "findings": [item.rule for item in found],
                      "quarantined": quarantined(found)}] if found else []
         return Observation(QUERY_METADATA, args, summarise(result), result=result, findings=findings,
                            payloads=[item.payload for item in found if item.payload])
+
+
+MAX_ARGUMENT_CHARS = 2000
+# The search filters a request may carry, as the metadata fields they mean (chunk-level ones have no equivalent).
+FILTER_AS_FIELD = {"doc_type": "type", "path": "path", "paths": "path", "sha": "id", "tags": "tags",
+                   "source": "source"}
+
+
+def check_arguments(value: Any, depth: int = 0) -> None:
+    """Arguments a model (or a client) wrote: plain JSON values, text that is valid Unicode, bounded size."""
+    if depth > 6:
+        raise InputError("the arguments are nested too deeply")
+    if isinstance(value, str):
+        if len(value) > MAX_ARGUMENT_CHARS:
+            raise InputError(f"an argument is longer than {MAX_ARGUMENT_CHARS} characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise InputError("an argument is not valid Unicode text") from error
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InputError("an argument is not a finite number")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            check_arguments(str(key), depth + 1)
+            check_arguments(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        if len(value) > 1000:
+            raise InputError("an argument list is too long")
+        for item in value:
+            check_arguments(item, depth + 1)
+    elif value is not None and not isinstance(value, (bool, int, float)):
+        raise InputError(f"an argument of type {type(value).__name__} is not JSON")
+
+
+def safe_arguments(args: Any) -> dict[str, Any]:
+    """Arguments fit to be recorded in the trajectory (refused ones are kept only as a short, escaped text)."""
+    try:
+        check_arguments(args)
+        return dict(args) if isinstance(args, Mapping) else {"value": str(args)[:200]}
+    except RagError:
+        return {"unusable": ascii(args)[:200]}
+
+
+def request_where(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's search filters as metadata where clauses; InputError for a filter that has no document-level
+    meaning (heading_path, shard, path_prefix), so the metadata tool never counts more than the request allows."""
+    where = {}
+    for key, value in filters.items():
+        name = FILTER_AS_FIELD.get(key, key if key not in ("heading_path", "shard", "path_prefix") else None)
+        if name is None:
+            raise InputError(f"the request's filter {key!r} has no meaning for query_metadata; search only")
+        where[name] = list(value) if isinstance(value, (list, tuple)) else value
+    return where
 
 
 def file_name(hit: Hit) -> str:

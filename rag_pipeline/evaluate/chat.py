@@ -120,6 +120,8 @@ def evaluate_conversations(path: Path, chat: ChatService, runner: QueryRunner) -
                 checks["answer"] = contains(done["answer"], turn["contains"]) > 0
             turns.append({"conversation": case["id"], "turn": number, "tools": tools, "checks": checks,
                           "passed": all(checks.values())})
+    if not turns:
+        raise ConfigError(f"{path}: no conversation turns")
     return {"turns": len(turns), "passed": sum(turn["passed"] for turn in turns),
             "routing_accuracy": sum(turn["checks"]["tools"] for turn in turns) / len(turns),
             "failures": [turn for turn in turns if not turn["passed"]]}

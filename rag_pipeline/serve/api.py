@@ -28,6 +28,7 @@ bearer token of a role (serve/auth.py); a key's scope filters /search and /ask.
 # /search and /ask are made per app (their top_k default is the app's setting), so they are local names.
 
 import contextlib
+import itertools
 import json
 import logging
 import threading
@@ -50,7 +51,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rag_pipeline.chat.memory import LOCAL_OWNER, ChatMemory
+from rag_pipeline.chat.memory import ChatMemory, key_owner
 from rag_pipeline.chat.service import ChatService
 from rag_pipeline.errors import (
     ConfigError,
@@ -292,7 +293,7 @@ class IngestJobs:
 
 
 def sse(event: str, data: dict[str, Any]) -> str:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n"
+    return f"event: {event}\ndata: {json.dumps(data, allow_nan=False, default=str)}\n\n"
 
 
 def create_app(settings: Settings | None = None, retriever: Retriever | None = None) -> FastAPI:
@@ -376,7 +377,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         return ChatService(settings, runtime.answerer(), sidecar, build_llm(settings))
 
     def owner(request: Request) -> str:
-        return getattr(request.state, KEY_STATE, None) or LOCAL_OWNER
+        return key_owner(getattr(request.state, KEY_STATE, None))
 
     @app.post("/chat", responses={
         200: {"content": {"text/event-stream": {}, "application/json": {
@@ -397,12 +398,14 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
 
         def stream() -> Iterator[str]:
             try:
-                for event, data in [first, *events]:
+                for event, data in itertools.chain([first], events):  # each event as it happens
                     yield sse(event, data)
-            except Exception as error:  # after the headers: report the failure as an event
+            except Exception as error:  # after the headers: report the failure as an event, without internals
                 log.exception("chat stream failed")
-                code = error.code if isinstance(error, RagError) else "internal_error"
-                yield sse("error", {"code": code, "message": f"{type(error).__name__}: {error}"})
+                if isinstance(error, RagError) and http_status(error) < 500:
+                    yield sse("error", {"code": error.code, "message": error.message})
+                else:
+                    yield sse("error", {"code": "internal_error", "message": "the answer failed; see the server log"})
 
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -439,14 +442,14 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
 
         def stream() -> Iterator[str]:
             try:
-                for item in [first, *events]:
+                for item in itertools.chain([first], events):  # each piece as it is generated
                     if isinstance(item, Answer):
                         yield sse("done", item.to_json())
                     else:
                         yield sse("token", {"text": item})
-            except Exception as error:  # after the headers: report the failure as an event
+            except Exception:  # after the headers: report the failure as an event, without internals
                 log.exception("answer stream failed")
-                yield sse("error", {"code": "internal_error", "message": f"{type(error).__name__}: {error}"})
+                yield sse("error", {"code": "internal_error", "message": "the answer failed; see the server log"})
 
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -360,6 +360,9 @@ class QueryRunner:
         self.sidecar = sidecar
         self.timeout = timeout_seconds if timeout_seconds is not None else settings.query_timeout_seconds
 
+    def registry(self, scope: Scope | None = None) -> dict[str, RegistryField]:
+        return load_registry(self.settings, self.sidecar, scope)
+
     def run_json(self, body: Mapping[str, Any], scope: Scope | None = None) -> QueryResult:
         """Parse the request against the registry and run it, on one read-only connection."""
         return self.run(body, None, scope)
