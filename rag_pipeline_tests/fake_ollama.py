@@ -61,6 +61,17 @@ class JsonHandler(BaseHTTPRequestHandler):
     def answer(self, body: Any) -> None:
         raise NotImplementedError
 
+    def send_json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
 
 class FakeOllama(QuietServer):
     """Ollama on 127.0.0.1 (a free port). Attributes tests may change at any time:
@@ -190,15 +201,5 @@ class FakeOllamaHandler(JsonHandler):
     def model_not_found(self, model: str) -> None:
         self.send_json(404, {"error": f'model "{model}" not found, try pulling it first'})
 
-    def send_json(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args) -> None:
-        pass
 
 

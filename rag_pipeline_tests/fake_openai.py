@@ -151,13 +151,3 @@ class FakeOpenAIHandler(JsonHandler):
             self.wfile.write(f"data: {event}\n\n".encode())
             self.wfile.flush()
 
-    def send_json(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args) -> None:
-        pass
