@@ -133,6 +133,15 @@ class Scope:
         return [Condition(key, "any", values) for key, values in fields if values]
 
 
+def filter_values(key: str, value: FilterValue) -> tuple[str, ...]:
+    """A filter's value as the values any of which may match; InputError unless a string or a non-empty list of
+    strings."""
+    values = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
+    if not values or not all(isinstance(item, str) for item in values):
+        raise InputError(f"filter {key!r} needs a string or a non-empty list of strings, got {value!r}")
+    return values
+
+
 def parse_filters(filters: Filters | None) -> list[Condition]:
     """The conditions of `filters` (all must hold; parsed conditions pass through); ValueError for an unknown key or
     an unusable value."""
@@ -142,9 +151,7 @@ def parse_filters(filters: Filters | None) -> list[Condition]:
     for key, value in (filters or {}).items():
         if key not in FILTER_KEYS:
             raise InputError(f"unknown filter field {key!r}; allowed: {', '.join(FILTER_KEYS)}")
-        values = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
-        if not values or not all(isinstance(item, str) for item in values):
-            raise InputError(f"filter {key!r} needs a string or a non-empty list of strings, got {value!r}")
+        values = filter_values(key, value)
         if key == PATH_PREFIX:
             if len(values) != 1:
                 raise InputError(f"filter {key!r} takes one prefix, got {value!r}")

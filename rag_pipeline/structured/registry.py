@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rag_pipeline.errors import ConfigError, InputError
-from rag_pipeline.index.vector_store import FIELDS_FIELD, FILTER_KEYS, Condition, Filters
+from rag_pipeline.index.vector_store import FIELDS_FIELD, FILTER_KEYS, Condition, Filters, filter_values
 from rag_pipeline.ingest.fields import (
     FIELD_KINDS,
     FIELD_NAME,
@@ -178,10 +178,7 @@ def field_conditions(filters: Filters | None, filterable: Mapping[str, FieldKind
             allowed = ", ".join([*FILTER_KEYS, *sorted(filterable)])
             raise InputError(f"unknown filter field {key!r}; allowed: {allowed} (a document field is a filter when "
                              "it is declared filterable: true)", code="unknown_filter_field")
-        values = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
-        if not values or not all(isinstance(item, str) for item in values):
-            raise InputError(f"filter {key!r} needs a string or a non-empty list of strings, got {value!r}")
-        labels = tuple(f"{key}={label_value(filterable[key], item)}" for item in values)
+        labels = tuple(f"{key}={label_value(filterable[key], item)}" for item in filter_values(key, value))
         conditions.append(Condition(FIELDS_FIELD, "value" if len(labels) == 1 else "any", labels))
     return builtin, conditions
 
