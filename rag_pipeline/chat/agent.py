@@ -26,7 +26,6 @@ from rag_pipeline.chat.planner import (
     SEMANTIC_SEARCH,
     Action,
     FieldCatalog,
-    filters_of,
     plan,
     split_clauses,
 )
@@ -167,32 +166,20 @@ class ChatAgent:
         return message, self._carry_over(message, previous)
 
     def _carry_over(self, message: str, previous: dict[str, Any]) -> list[Action]:
-        """The follow-up's plan. Its metadata calls keep the previous turn's filters on the fields it does not name
-        itself, when it points back ("those", "them", "the racing ones"); a follow-up that names no operation but
-        points back or asks "what about ..." repeats the previous operation with its own values. A search stays a
-        search."""
+        """The follow-up's plan: when it points back ("those", "them", "the racing ones"), its metadata calls keep
+        the previous turn's filters on the fields it does not name itself. A search stays a search."""
         actions = plan(message, self.catalog)
+        if not BACK_REFERENCE.search(message):
+            return actions
         earlier = previous.get("filters") or {}
-        last = previous.get("last_action")
-        points_back = bool(BACK_REFERENCE.search(message))
-        carried = []
-        for action in actions:
-            own = action.args.get("where") or {} if action.tool == QUERY_METADATA else plan_where(message, self.catalog)
-            if action.tool == SEMANTIC_SEARCH and last and last.get("tool") == QUERY_METADATA and own and (
-                    points_back or re.match(r"\s*(what|how) about\b", message, re.IGNORECASE)):
-                action = Action(QUERY_METADATA, {**last["args"], "where": {**earlier, **own}})
-            elif action.tool == QUERY_METADATA and points_back:
-                action = Action(QUERY_METADATA, {**action.args, "where": {**earlier, **own}})
-            carried.append(action)
-        return carried
+        return [Action(QUERY_METADATA, {**action.args, "where": {**earlier, **(action.args.get("where") or {})}})
+                if action.tool == QUERY_METADATA else action for action in actions]
 
     # --- the two ways to gather -------------------------------------------------------------------------------
     def _planned(self, question: str, actions: list[Action], gathered: Gathered,
                  result: ChatResult) -> Iterator[tuple[str, Any]]:
         for action in (actions or plan(question, self.catalog))[:self.cap]:
             yield from self._act(action, gathered, result)
-        if result.exit_reason != FALLBACK:
-            result.exit_reason = PLANNED
 
     def _loop(self, question: str, gathered: Gathered, result: ChatResult) -> Iterator[tuple[str, Any]]:
         fields = ", ".join(f"{name} ({spec.kind})" for name, spec in sorted(self.catalog.fields.items()))
@@ -204,16 +191,12 @@ class ChatAgent:
             try:
                 reply = self._call(messages, result, ACTION_SCHEMA)
             except Unavailable as error:
-                result.exit_reason = FALLBACK
                 result.guardrails.setdefault("warnings", []).append(f"{error}; planned deterministically instead")
-                yield from self._planned(question, [], gathered, result)
-                result.exit_reason = FALLBACK
-                return
+                reply = ""
             action = parse_action(reply)
-            if action is None:  # not a JSON action: the deterministic planner takes over
+            if action is None:  # no JSON action (or no model): the deterministic planner takes over
                 result.exit_reason = FALLBACK
                 yield from self._planned(question, [], gathered, result)
-                result.exit_reason = FALLBACK
                 return
             if action.tool == "finish":
                 result.exit_reason = ANSWERED
@@ -286,8 +269,7 @@ class ChatAgent:
                 result.llm_calls += 1
             if text:
                 yield "\n\n"
-            for piece in answer_pieces(answer):
-                yield piece
+            yield answer.answer
             result.answer = (text + "\n\n" if text else "") + answer.answer
             result.citations += passage_citations(answer)
             result.guardrails.update(answer.guardrails)
@@ -352,19 +334,10 @@ def compose_prompt(question: str, gathered: Gathered, exact: list[str], marker: 
     return f"Question: {question}\n{marker}\n" + "\n".join(exact + passages) + f"\n{marker}"
 
 
-def plan_where(message: str, catalog: FieldCatalog) -> dict[str, Any]:
-    """The filters a follow-up names itself (its plan's where clauses)."""
-    return filters_of(plan(message, catalog))
-
-
 def semantic_question(question: str, searches: list[Observation]) -> str:
     """What the passages should answer: the searched clause(s) of a compound question."""
     queries = [str(item.args.get("query", "")) for item in searches if item.args.get("query")]
     return " ".join(queries) if queries and len(split_clauses(question)) > 1 else question
-
-
-def answer_pieces(answer: Answer) -> list[str]:
-    return [answer.answer]
 
 
 def passage_citations(answer: Answer) -> list[dict[str, Any]]:

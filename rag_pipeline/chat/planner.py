@@ -10,7 +10,7 @@ for a date field or the `year` field, comparisons like "after 2022" or "more tha
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,12 +289,3 @@ def plan(question: str, catalog: FieldCatalog) -> list[Action]:
         if action.key() not in {done.key() for done in actions}:
             actions.append(action)
     return actions
-
-
-def filters_of(actions: Iterable[Action]) -> dict[str, Any]:
-    """The where filters a plan used (a follow-up question inherits them unless it names others)."""
-    merged: dict[str, Any] = {}
-    for action in actions:
-        if action.tool == QUERY_METADATA:
-            merged.update(action.args.get("where") or {})
-    return merged
