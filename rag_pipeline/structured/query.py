@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -85,8 +85,23 @@ REGISTRY_SQL = (
     ") WHERE sha IN (SELECT sha FROM documents WHERE true{scope}) GROUP BY name, kind")
 
 
-# (sidecar, scope) -> (the sidecar's file state, the registry)
-_registries: dict[tuple[Path, Scope | None], tuple[tuple, dict[str, RegistryField]]] = {}
+class StateCache:
+    """Values computed from files, reused while the files' state (file_state) is unchanged."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Any, tuple[Any, Any]] = {}
+
+    def get(self, key: Any, state: Any, compute: Callable[[], Any]) -> Any:
+        cached = self._entries.get(key)
+        if cached is not None and cached[0] == state:
+            return cached[1]
+        value = compute()
+        self._entries[key] = (state, value)
+        return value
+
+
+_registries = StateCache()  # (sidecar, scope) -> registry
+_value_sets = StateCache()  # (sidecar, scope) -> named values
 
 
 def file_state(path: Path) -> tuple:
@@ -106,14 +121,9 @@ def registry_of(con: duckdb.DuckDBPyConnection, settings: Settings, path: Path,
     (and every declared one); reused while neither the sidecar nor the declarations changed, since it costs a scan
     of every field row."""
     state = (file_state(path), file_state(Path(settings.sources_file)) if settings.sources_file else None)
-    cached = _registries.get((path, scope))
-    if cached is not None and cached[0] == state:
-        return cached[1]
     scoped, params = scope_condition(scope)
-    registry = build_registry(records(con.execute(REGISTRY_SQL.format(scope=scoped), params)),
-                              declared_fields(settings))
-    _registries[(path, scope)] = (state, registry)
-    return registry
+    return _registries.get((path, scope), state, lambda: build_registry(
+        records(con.execute(REGISTRY_SQL.format(scope=scoped), params)), declared_fields(settings)))
 
 
 def load_registry(settings: Settings, sidecar: Sidecar, scope: Scope | None = None) -> dict[str, RegistryField]:
@@ -124,25 +134,22 @@ def load_registry(settings: Settings, sidecar: Sidecar, scope: Scope | None = No
 
 
 MAX_NAMED_VALUES = 300  # fields with more distinct values are not offered to the planner as nameable values
-_value_sets: dict[tuple[Path, Scope | None], tuple[tuple, dict[str, list[str]]]] = {}
 
 
 def named_values(settings: Settings, sidecar: Sidecar, scope: Scope | None = None) -> dict[str, list[str]]:
     """field -> the distinct values of each string or list field with at most MAX_NAMED_VALUES of them, over the
     documents `scope` lets a key see (what a question can name: genres, publishers, themes, document types)."""
-    state = file_state(sidecar.path)
-    cached = _value_sets.get((sidecar.path, scope))
-    if cached is not None and cached[0] == state:
-        return cached[1]
     scoped, params = scope_condition(scope)
-    with sidecar.read_only() as con:
-        rows = con.execute(
-            "SELECT name, list(DISTINCT text_value ORDER BY text_value) FROM effective_fields "
-            f"WHERE kind IN ('string', 'list') AND sha IN (SELECT sha FROM documents WHERE status = 'ok'{scoped}) "
-            f"GROUP BY name HAVING count(DISTINCT text_value) <= {MAX_NAMED_VALUES}", params).fetchall()
-    values = {name: list(found) for name, found in rows}
-    _value_sets[(sidecar.path, scope)] = (state, values)
-    return values
+
+    def compute() -> dict[str, list[str]]:
+        with sidecar.read_only() as con:
+            rows = con.execute(
+                "SELECT name, list(DISTINCT text_value ORDER BY text_value) FROM effective_fields WHERE kind IN "
+                f"('string', 'list') AND sha IN (SELECT sha FROM documents WHERE status = 'ok'{scoped}) "
+                f"GROUP BY name HAVING count(DISTINCT text_value) <= {MAX_NAMED_VALUES}", params).fetchall()
+        return {name: list(found) for name, found in rows}
+
+    return _value_sets.get((sidecar.path, scope), file_state(sidecar.path), compute)
 
 
 def values_table(spec: RegistryField) -> str:
