@@ -58,7 +58,7 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
         return chunk_rows(settings, sidecar, sha), f"chunks of {', '.join(row['paths'])} ({sha[:12]})"
     if args.view == "fields":
         sha, row = find_document(sidecar, args.document)
-        return field_rows(settings, sidecar, sha), f"fields of {', '.join(row['paths'])} ({sha[:12]})"
+        return field_rows(sidecar, sha), f"fields of {', '.join(row['paths'])} ({sha[:12]})"
     if args.view == "reconciliation":
         return sidecar.query(
             "SELECT status, roster, key, field, document_value, roster_value, path FROM reconciliation "
@@ -120,10 +120,10 @@ def chunk_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str,
              "text": " ".join(texts.get(row["chunk_index"], "").split())[:TEXT_PREVIEW]} for row in catalogue]
 
 
-def field_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str, Any]]:
+def field_rows(sidecar: Sidecar, sha: str) -> list[dict[str, Any]]:
     """A document's effective fields (rosters applied), then its field errors and reconciliation rows."""
     rows = [{"field": name, "value": value, "type": kind, "origin": origin}
-            for name, (value, kind, origin) in document_fields(settings, sidecar, sha).items()]
+            for name, (value, kind, origin) in document_fields(sidecar, sha).items()]
     rows += [{"field": "(error)", "value": row["error"], "type": "", "origin": row["origin"]}
              for row in sidecar.query("SELECT origin, error FROM field_errors WHERE sha = ?", [sha])]
     rows += [{"field": row["field"], "value": f"{row['status']}: document {row['document_value']!r}, roster "
@@ -133,11 +133,11 @@ def field_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str,
     return rows
 
 
-def document_fields(settings: Settings, sidecar: Sidecar, sha: str) -> dict[str, tuple[Any, str, str]]:
-    """name -> (value, type, origin) of one document's effective fields (lists gathered)."""
+def document_fields(sidecar: Sidecar, sha: str) -> dict[str, tuple[Any, str, str]]:
+    """name -> (value, type, origin) of one document's effective fields (lists gathered), every field shown (the
+    query tool's lookup hides fields declared queryable: false; an operator's view does not)."""
     fields: dict[str, tuple[Any, str, str]] = {}
-    for row in sidecar.query("SELECT name, kind, text_value, origin FROM effective_fields WHERE sha = ? "
-                             "ORDER BY name", [sha]):
+    for row in sidecar.query("SELECT name, kind, text_value, origin FROM effective_of(?) ORDER BY name", [[sha]]):
         if row["name"] in fields and row["kind"] == "list":
             fields[row["name"]][0].append(row["text_value"])
         elif row["name"] not in fields:
