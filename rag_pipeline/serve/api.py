@@ -306,6 +306,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     AskBody = models.with_default_top_k(AskRequest, settings.top_k)
     sidecar = Sidecar(settings.sidecar_path)
     query_runner = QueryRunner(settings, sidecar)
+    chat_memory = ChatMemory(sidecar, settings.chat_retention_days)
     bodies = {"/search": SearchBody, "/ask": AskBody, "/ingest": IngestRequest, "/query": QueryRequest,
               "/chat": ChatRequest}  # route -> its body model
     auth = Auth(settings)  # with API keys: reader for search, ask, metrics and the schema; ingester for ingest
@@ -413,8 +414,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     @app.get("/chat/{session_id}", responses=ERROR_RESPONSES)
     async def chat_session(session_id: str, request: Request, _: Annotated[KeyScope | None, reader]) -> Response:
         """The session's turns: message, answer, citations, trajectory (the key that created it only)."""
-        memory = ChatMemory(sidecar, settings.chat_retention_days)
-        turns = await run_in_threadpool(memory.turns, session_id, owner(request))
+        turns = await run_in_threadpool(chat_memory.turns, session_id, owner(request))
         return JSONResponse({"session_id": session_id, "turns": [
             {"turn": turn["turn"], "message": turn["message"], "answer": turn["answer"],
              "citations": turn["record"].get("citations"), "trajectory": turn["record"].get("trajectory"),
@@ -425,8 +425,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     async def delete_chat_session(session_id: str, request: Request,
                                   _: Annotated[KeyScope | None, reader]) -> Response:
         """Delete the session and its turns (the key that created it only)."""
-        memory = ChatMemory(sidecar, settings.chat_retention_days)
-        await run_in_threadpool(memory.delete, session_id, owner(request))
+        await run_in_threadpool(chat_memory.delete, session_id, owner(request))
         return JSONResponse({"session_id": session_id, "deleted": True})
 
     @app.post("/ask", response_class=StreamingResponse, responses={
