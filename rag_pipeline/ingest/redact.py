@@ -412,6 +412,11 @@ def find_secrets(text: str) -> list[tuple[str, str]]:
     return [(rule.kind, text[start:end]) for start, end, rule in _spans(text) if not rule.pii]
 
 
+def redact_with(settings: Settings, text: str) -> RedactionResult:
+    """`text` redacted under the settings' PII policy."""
+    return redact(text, pii_policy=settings.pii_policy, role_email_prefixes=settings.role_email_prefixes)
+
+
 def stated_fields(extracted: dict | None, titles: dict[str, str], specs: Mapping[str, FieldSpec],
                   settings: Settings) -> DocumentFields:
     """A document's stated fields, redacted like its text (field names are not), with the declared types applied;
@@ -419,7 +424,7 @@ def stated_fields(extracted: dict | None, titles: dict[str, str], specs: Mapping
     fields = DocumentFields.from_json(extracted)
 
     def clean(text: str) -> str:
-        return redact(text, pii_policy=settings.pii_policy, role_email_prefixes=settings.role_email_prefixes).text
+        return redact_with(settings, text).text
 
     for name, value in list(fields.values.items()):
         if value.kind == "list":
@@ -459,13 +464,10 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
                                   "delete its raw and markdown artifacts to convert the source again")
             continue
         begin = time.perf_counter()
-        result = redact(markdown.read_text(shard, sha, "md"), pii_policy=settings.pii_policy,
-                        role_email_prefixes=settings.role_email_prefixes)
+        result = redact_with(settings, markdown.read_text(shard, sha, "md"))
         elapsed_ms = (time.perf_counter() - begin) * 1000
         row = known.get(sha) or {}
-        titles = {key: redact(row[key], pii_policy=settings.pii_policy,
-                              role_email_prefixes=settings.role_email_prefixes).text
-                  for key in ("title", "first_heading") if row.get(key)}
+        titles = {key: redact_with(settings, row[key]).text for key in ("title", "first_heading") if row.get(key)}
         fields = stated_fields(markdown.read_json(shard, sha, "json").get("fields"), titles, specs, settings)
         field_text = "\n".join(json.dumps(value.value) for value in fields.values.values())
         leaks = find_leaks(result.text) + find_leaks(field_text)
