@@ -4,7 +4,6 @@ retrieved chunks (a quarantined passage never reaches a model; flagged metadata 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -18,7 +17,7 @@ from rag_pipeline.errors import InputError, RagError
 from rag_pipeline.generate.guardrails import quarantined, scan_text
 from rag_pipeline.index.vector_store import Filters, Hit, Scope
 from rag_pipeline.retrieve.retriever import Retriever
-from rag_pipeline.structured.query import QueryResult, QueryRunner, parse_clause, parse_request
+from rag_pipeline.structured.query import QueryResult, QueryRunner
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +118,7 @@ class Tools:
 
     def _query(self, args: dict[str, Any]) -> Observation:
         """The metadata query, ANDed with the request's filters (which the model cannot replace)."""
-        registry = self.runner.registry(self.scope)
-        query = parse_request(args, registry)
-        extra = tuple(parse_clause(name, value, registry) for name, value in request_where(self.filters).items())
-        result = self.runner.run(dataclasses.replace(query, where=query.where + extra), registry, self.scope)
+        result = self.runner.run_json(args, self.scope, bound=request_where(self.filters))
         text = json.dumps(result.rows[:SHOWN_ROWS], default=str)
         found = scan_text(text, "metadata result")
         findings = [{"path": "metadata result", "findings": [item.rule for item in found],

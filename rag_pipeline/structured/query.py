@@ -20,7 +20,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -367,15 +367,14 @@ class QueryRunner:
         self.sidecar = sidecar
         self.timeout = timeout_seconds if timeout_seconds is not None else settings.query_timeout_seconds
 
-    def registry(self, scope: Scope | None = None) -> dict[str, RegistryField]:
-        return load_registry(self.settings, self.sidecar, scope)
-
-    def run_json(self, body: Mapping[str, Any], scope: Scope | None = None) -> QueryResult:
-        """Parse the request against the registry and run it, on one read-only connection."""
-        return self.run(body, None, scope)
+    def run_json(self, body: Mapping[str, Any], scope: Scope | None = None,
+                 bound: Mapping[str, Any] | None = None) -> QueryResult:
+        """Parse the request against the registry and run it, on one read-only connection. `bound`: where clauses
+        (the JSON form) ANDed to the request's, which it cannot replace."""
+        return self.run(body, None, scope, bound)
 
     def run(self, query: MetadataQuery | Mapping[str, Any], registry: Mapping[str, RegistryField] | None = None,
-            scope: Scope | None = None) -> QueryResult:
+            scope: Scope | None = None, bound: Mapping[str, Any] | None = None) -> QueryResult:
         """Run a parsed query (or a request body, parsed against the current registry) within the time limit."""
         started = time.perf_counter()
         with self.sidecar.read_only() as con:
@@ -386,6 +385,9 @@ class QueryRunner:
                     registry = registry_of(con, self.settings, self.sidecar.path, scope)
                 if not isinstance(query, MetadataQuery):
                     query = parse_request(query, registry)
+                if bound:
+                    query = replace(query, where=query.where + tuple(
+                        parse_clause(name, value, registry) for name, value in bound.items()))
                 result = self._execute(con, query, registry, scope)
             except duckdb.InterruptException as error:
                 raise QueryTimeout(f"the query ran longer than {self.timeout:g} s and was stopped") from error
