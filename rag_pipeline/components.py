@@ -35,6 +35,7 @@ def embedder(settings: Settings) -> Embedder:
     """The configured embedder, one per process; EmbedderUnavailable when it cannot be loaded or reached."""
     key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     return shared_embedder(backend=settings.embedding_backend, model_path=settings.embedding_model_path,
+                           runtime=settings.embedding_runtime, onnx_cache_dir=str(settings.onnx_models_dir),
                            ollama_url=settings.ollama_url, ollama_model=settings.ollama_embed_model,
                            openai_url=settings.embedding_url, openai_model=settings.openai_embed_model, api_key=key,
                            batch_size=settings.embedding_batch_size, timeout=settings.embedding_timeout_s,
@@ -63,6 +64,7 @@ def open_store(settings: Settings, collection: str | None = None, dimension: int
 def embedding_settings(settings: Settings) -> dict[str, str | None]:
     """The settings a query embedder of this model needs (recorded with each index generation)."""
     return {"embedding_backend": settings.embedding_backend, "embedding_model_path": settings.embedding_model_path,
+            "embedding_runtime": settings.embedding_runtime,
             "ollama_embed_model": settings.ollama_embed_model, "openai_embed_model": settings.openai_embed_model}
 
 
@@ -142,7 +144,8 @@ def query_settings(settings: Settings) -> tuple[Settings, str, int]:
         target = target_generation(settings)
         return settings, target.collection, target.dimension
     collection = settings.qdrant_alias if settings.qdrant_url else active.collection
-    return settings.model_copy(update=active.embedding), collection, active.dimension
+    embedding = {"embedding_runtime": "torch", **active.embedding}  # generations from before runtimes: torch
+    return settings.model_copy(update=embedding), collection, active.dimension
 
 
 @functools.cache

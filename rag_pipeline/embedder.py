@@ -231,12 +231,15 @@ def declared_dimension(model_path: str | None = None) -> int | None:
 
 
 Backend = Literal["sentence_transformers", "ollama", "openai"]
+Runtime = Literal["onnx-int8", "onnx", "torch"]
 
 
 def build_embedder(
     *,
     backend: Backend = "sentence_transformers",
     model_path: str | None = None,
+    runtime: Runtime = "torch",
+    onnx_cache_dir: str | None = None,
     ollama_url: str | None = None,
     ollama_model: str = "nomic-embed-text",
     openai_url: str | None = None,
@@ -258,6 +261,12 @@ def build_embedder(
                                       "(or RAG_LLM_BASE_URL), e.g. http://host:8000/v1")
         return OpenAIEmbedder(openai_url, model=openai_model, api_key=api_key, batch_size=batch_size,
                               timeout=timeout, retries=retries)
+    if runtime != "torch":
+        from rag_pipeline.onnx_embedder import OnnxEmbedder  # deferred: imports onnxruntime
+
+        if not onnx_cache_dir:
+            raise EmbedderUnavailable(f"the {runtime} runtime needs a directory for the exported model")
+        return OnnxEmbedder(model_path, Path(onnx_cache_dir), runtime, batch_size=batch_size)
     return SentenceTransformerEmbedder(model_path, batch_size=batch_size)
 
 

