@@ -2,8 +2,8 @@
 corpus (its own data dir, so no embedding cache is shared) and retrieval quality per mode. Printed per setting:
 chunks, ingest seconds, chunks/s, docs/s, nDCG@10 and Recall@100 per mode. Tune on train; report test once.
 
-    .venv/bin/python bench/bench_chunking.py ../shared/datasets/scifact --sizes 512:64,1024:128 \
-        [--split train] [--modes dense,sparse,hybrid] [--work .bench/chunking]
+    .venv/bin/python bench/bench_chunking.py ../shared/datasets/scifact [--chunker tokens|recursive] \
+        [--sizes 254:0,128:0] [--split train] [--modes dense,sparse,hybrid] [--work .bench/chunking]
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_setting(dataset: Path, size: int, overlap: int, split: str, modes: str, work: Path) -> dict:
-    """`rag-pipeline beir --json` with RAG_CHUNK_SIZE / RAG_CHUNK_OVERLAP set, in its own data dir."""
-    env = {**os.environ, "RAG_CHUNK_SIZE": str(size), "RAG_CHUNK_OVERLAP": str(overlap), "HF_HUB_OFFLINE": "1"}
+def run_setting(dataset: Path, chunker: str, size: int, overlap: int, split: str, modes: str, work: Path) -> dict:
+    """`rag-pipeline beir --json` with RAG_CHUNKER / RAG_CHUNK_SIZE / RAG_CHUNK_OVERLAP set, in its own data dir."""
+    env = {**os.environ, "RAG_CHUNKER": chunker, "RAG_CHUNK_SIZE": str(size), "RAG_CHUNK_OVERLAP": str(overlap),
+           "HF_HUB_OFFLINE": "1"}
     command = [str(REPO / ".venv" / "bin" / "rag-pipeline"), "beir", str(dataset), "--split", split,
-               "--modes", modes, "--json", "--data-dir", str(work / f"chunk-{size}-{overlap}")]
+               "--modes", modes, "--json", "--data-dir", str(work / f"{chunker}-{size}-{overlap}")]
     done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"chunk size {size}/{overlap}: rag-pipeline beir failed:\n{done.stderr[-3000:]}")
@@ -32,7 +33,9 @@ def run_setting(dataset: Path, size: int, overlap: int, split: str, modes: str, 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset", type=Path)
-    parser.add_argument("--sizes", default="512:64,1024:128", help="comma-separated SIZE:OVERLAP (characters)")
+    parser.add_argument("--chunker", default="tokens", choices=["tokens", "recursive"])
+    parser.add_argument("--sizes", default="254:0,254:32,192:0,128:0",
+                        help="comma-separated SIZE:OVERLAP (word pieces for tokens, characters for recursive)")
     parser.add_argument("--split", default="train")
     parser.add_argument("--modes", default="dense,sparse,hybrid")
     parser.add_argument("--work", type=Path, default=REPO / ".bench" / "chunking")
@@ -43,8 +46,9 @@ def main() -> int:
         f"{mode} nDCG@10 | {mode} R@100" for mode in modes) + " |"
     rows = []
     for size, overlap in settings:
-        print(f"chunk size {size}, overlap {overlap}: ingesting and scoring ({args.split})", file=sys.stderr, flush=True)
-        report = run_setting(args.dataset, size, overlap, args.split, ",".join(modes), args.work)
+        print(f"{args.chunker} chunk size {size}, overlap {overlap}: ingesting and scoring ({args.split})",
+              file=sys.stderr, flush=True)
+        report = run_setting(args.dataset, args.chunker, size, overlap, args.split, ",".join(modes), args.work)
         ingest = report["ingest"]
         seconds = ingest["seconds"] or float("nan")
         cells = [str(size), str(overlap), str(ingest["chunks"]), f"{seconds:.0f}",
@@ -54,7 +58,7 @@ def main() -> int:
             cells += [f"{metrics['ndcg@10']:.3f}", f"{metrics['recall@100']:.3f}"]
         rows.append("| " + " | ".join(cells) + " |")
         print(rows[-1], file=sys.stderr, flush=True)
-    print(f"{args.dataset.name} ({args.split} split)\n\n{header}\n|" + "---|" * (header.count("|") - 1) + "\n"
+    print(f"{args.dataset.name} ({args.split} split, {args.chunker} chunker)\n\n{header}\n|" + "---|" * (header.count("|") - 1) + "\n"
           + "\n".join(rows))
     return 0
 

@@ -17,10 +17,10 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import version
 from pathlib import Path
-from collections.abc import Callable, Iterator
 from typing import Literal
 
 OnnxRuntimeKind = Literal["onnx", "onnx-int8"]

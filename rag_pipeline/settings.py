@@ -267,6 +267,9 @@ class Settings(BaseSettings):
         for name, value in active_index_settings(self.data_dir).items():
             if name not in self.model_fields_set:
                 self.__dict__[name] = value  # not marked as set: a copy of these settings resolves the same way
+        if self.chunker == "tokens" and self.embedding_backend != "sentence_transformers" \
+                and "chunker" not in self.model_fields_set:
+            self.__dict__["chunker"] = "recursive"  # a server's model: its tokenizer is not here
         size, overlap = CHUNK_DEFAULTS[self.chunker]
         if self.chunk_size is None:
             self.chunk_size = size

@@ -14,6 +14,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# One ONNX export of the packaged model for every test and subprocess (fingerprinted by model and library versions,
+# so reuse across runs is safe); test_embed exports into its own directory to test the export itself.
+os.environ.setdefault("RAG_ONNX_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".onnx_test_cache"))
 
 from rag_pipeline.index.vector_store import IndexPoint, VectorStore  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402

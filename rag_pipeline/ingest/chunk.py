@@ -7,14 +7,18 @@ import re
 import time
 import unicodedata
 import uuid
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from itertools import pairwise
 from typing import Literal
 
+from tokenizers import Tokenizer
+
+from rag_pipeline.errors import ConfigError
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.model_files import max_seq_length, model_dir, model_tokenizer, special_token_count
 from rag_pipeline.settings import Settings
 
 CHUNK_NAMESPACE = uuid.UUID("e8915025-faa4-47e8-a0ec-cd11d5cd4358")
@@ -69,28 +73,93 @@ class Chunk:
         return cls(**{field.name: data[field.name] for field in fields(cls)})
 
 
+def context_line(document_name: str, heading_path: str) -> str:
+    """The first line of what gets embedded: "path > heading path"."""
+    return " > ".join(part for part in (document_name, heading_path) if part)
+
+
+def contextual_text(document_name: str, chunk: Chunk) -> str:
+    """What gets embedded: the context line, then the chunk text."""
+    context = context_line(document_name, chunk.heading_path)
+    return f"{context}\n{chunk.text}" if context else chunk.text
+
+
+class Ruler:
+    """Measures spans of one text in characters."""
+
+    def length(self, start: int, end: int) -> int:
+        return end - start
+
+    def measure(self, text: str) -> int:
+        return len(text)
+
+    def cut(self, start: int, end: int, size: int) -> int:
+        """The furthest offset in (start, end] such that [start, offset) measures at most size (at least one unit)."""
+        return min(end, start + size)
+
+    def back(self, end: int, size: int) -> int:
+        """The earliest offset such that [offset, end) measures at most size."""
+        return end - size
+
+
+class TokenRuler(Ruler):
+    """Measures spans of one text in a tokenizer's word pieces (special tokens excluded): the text is tokenized
+    once, and a span counts the pieces that start inside it."""
+
+    def __init__(self, text: str, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._starts = [start for start, end in tokenizer.encode(text, add_special_tokens=False).offsets
+                        if end > start]
+
+    def length(self, start: int, end: int) -> int:
+        return bisect_left(self._starts, end) - bisect_left(self._starts, start)
+
+    def measure(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def cut(self, start: int, end: int, size: int) -> int:
+        index = bisect_left(self._starts, start) + max(size, 1)
+        return self._starts[index] if index < len(self._starts) and self._starts[index] < end else end
+
+    def back(self, end: int, size: int) -> int:
+        index = bisect_left(self._starts, end) - size
+        return self._starts[index] if 0 <= index < len(self._starts) else 0 if index < 0 else end
+
+
 def chunk_document(
     sha: str,
     markdown: str,
     *,
     line_pages: Sequence[int] | None = None,
-    chunker: Literal["recursive", "sentence_window"] = "recursive",
+    chunker: Literal["tokens", "recursive", "sentence_window"] = "recursive",
     chunk_size: int = 512,
     chunk_overlap: int = 64,
     sentence_window: int = 3,
+    tokenizer: Tokenizer | None = None,
+    document_name: str = "",
 ) -> list[Chunk]:
-    """Chunk the Markdown section by section; every chunk's text has at most chunk_size + chunk_overlap characters.
+    """Chunk the Markdown section by section.
 
-    Lines are split on "\\n" only: line_pages[i] is the page of line i + 1. A line that line_pages does not
-    cover gets page None.
+    "recursive": every chunk's text has at most chunk_size + chunk_overlap characters. "tokens" (needs the
+    embedding model's tokenizer): every chunk's embedded text (contextual_text with document_name: context line,
+    overlap and chunk) has at most chunk_size word pieces, unless a section's context line alone takes more than
+    half of chunk_size (the chunk then gets half). Lines are split on "\\n" only: line_pages[i] is the page of
+    line i + 1. A line that line_pages does not cover gets page None.
     """
     if chunk_size < 1 or chunk_overlap < 0 or sentence_window < 0:
         raise ValueError(f"invalid sizes: {chunk_size=}, {chunk_overlap=}, {sentence_window=}")
+    if chunker == "tokens" and tokenizer is None:
+        raise ValueError("the tokens chunker needs the embedding model's tokenizer")
+    ruler = TokenRuler(markdown, tokenizer) if chunker == "tokens" and tokenizer is not None else Ruler()
     line_starts = [0] + [match.end() for match in _LINE_BREAK.finditer(markdown)]
     pieces: list[tuple[str, int, str, str | None]] = []  # (text, start offset, heading path, window)
     for heading_path, start, end in _sections(markdown, line_starts):
-        if chunker == "recursive":
-            found = _recursive(markdown, start, end, chunk_size, chunk_overlap)
+        if chunker == "tokens":
+            context = context_line(document_name, heading_path)
+            budget = chunk_size - chunk_overlap - (ruler.measure(context) if context else 0)
+            found = _recursive(markdown, start, end, max(budget, chunk_size // 2), chunk_overlap, ruler)
+        elif chunker == "recursive":
+            found = _recursive(markdown, start, end, chunk_size, chunk_overlap, ruler)
         else:
             found = _sentence_windows(markdown, start, end, chunk_size, sentence_window)
         pieces += [(text, offset, heading_path, window) for text, offset, window in found]
@@ -134,9 +203,10 @@ def _join_path(path: list[tuple[int, str]]) -> str:
     return " > ".join(title for _, title in path if title)
 
 
-def _recursive(text: str, start: int, end: int, size: int, overlap: int) -> list[tuple[str, int, None]]:
+def _recursive(text: str, start: int, end: int, size: int, overlap: int,
+               ruler: Ruler) -> list[tuple[str, int, None]]:
     """Greedily merged pieces of one section, each after the first prefixed with the previous one's tail."""
-    cores = _merge(_split(text, start, end, size), size)
+    cores = _merge(_split(text, start, end, size, ruler), size, ruler)
     toc = [_is_toc(text[core_start:core_end]) for core_start, core_end in cores]
     found = []
     for position, (core_start, core_end) in enumerate(cores):
@@ -144,19 +214,19 @@ def _recursive(text: str, start: int, end: int, size: int, overlap: int) -> list
             continue
         prefix = ""
         if position and not toc[position - 1]:
-            prefix = _overlap(text, cores[position - 1], core_start, overlap)
+            prefix = _overlap(text, cores[position - 1], core_start, overlap, ruler)
         found.append((prefix + text[core_start:core_end], core_start, None))
     return found
 
 
-def _overlap(text: str, previous: Span, core_start: int, overlap: int) -> str:
-    """Up to `overlap` characters: the previous piece's tail from a word start, plus a separating whitespace."""
+def _overlap(text: str, previous: Span, core_start: int, overlap: int, ruler: Ruler) -> str:
+    """Up to `overlap` (ruler units): the previous piece's tail from a word start, plus a separating whitespace."""
     gap = text[previous[1]:core_start]
     separator = "\n\n" if gap.count("\n") > 1 else "\n" if "\n" in gap else " " if gap else ""
-    budget = overlap - len(separator)
+    budget = overlap - ruler.measure(separator)
     if budget <= 0:
         return ""
-    word = _WORD_START.search(text, max(previous[0], previous[1] - budget), previous[1])
+    word = _WORD_START.search(text, max(previous[0], ruler.back(previous[1], budget)), previous[1])
     return text[word.start():previous[1]] + separator if word else ""
 
 
@@ -164,9 +234,10 @@ def _sentence_windows(text: str, start: int, end: int, size: int, window: int) -
     """One piece per sentence (long sentences split by words), each with its neighbouring sentences as window."""
     sentences = []
     # Split by paragraphs, lines and sentences whatever their size; only sentences longer than size by words.
-    for sentence_start, sentence_end in _split(text, start, end, end - start, force_levels=3):
+    ruler = Ruler()
+    for sentence_start, sentence_end in _split(text, start, end, end - start, ruler, force_levels=3):
         if sentence_end - sentence_start > size:
-            sentences += _merge(_split(text, sentence_start, sentence_end, size, level=3), size)
+            sentences += _merge(_split(text, sentence_start, sentence_end, size, ruler, level=3), size, ruler)
         else:
             sentences.append((sentence_start, sentence_end))
     found = []
@@ -178,8 +249,9 @@ def _sentence_windows(text: str, start: int, end: int, size: int, window: int) -
     return found
 
 
-def _split(text: str, start: int, end: int, size: int, level: int = 0, force_levels: int = 0) -> list[Span]:
-    """Stripped, non-empty spans of at most `size` characters covering text[start:end] in order.
+def _split(text: str, start: int, end: int, size: int, ruler: Ruler, level: int = 0,
+           force_levels: int = 0) -> list[Span]:
+    """Stripped, non-empty spans measuring at most `size` covering text[start:end] in order.
 
     Splits by paragraphs, then lines, sentences, words and characters (levels 0-4), going one level finer only
     for spans still longer than size; the first `force_levels` levels split regardless of size.
@@ -188,12 +260,12 @@ def _split(text: str, start: int, end: int, size: int, level: int = 0, force_lev
     start, end = start + len(body) - len(body.lstrip()), end - len(body) + len(body.rstrip())
     if start >= end:
         return []
-    if end - start <= size and level >= force_levels:
+    if ruler.length(start, end) <= size and level >= force_levels:
         return [(start, end)]
     if level == 4:
-        return _split_characters(text, start, end, size)
+        return _split_characters(text, start, end, size, ruler)
     bounds = [start, *_split_points(text, start, end, level), end]
-    return [span for a, b in pairwise(bounds) for span in _split(text, a, b, size, level + 1, force_levels)]
+    return [span for a, b in pairwise(bounds) for span in _split(text, a, b, size, ruler, level + 1, force_levels)]
 
 
 def _split_points(text: str, start: int, end: int, level: int) -> list[int]:
@@ -222,14 +294,14 @@ def _ends_sentence(text: str, start: int, match: re.Match[str]) -> bool:
     return not (word.isdigit() and (word_start == start or text[word_start - 1] == "\n"))
 
 
-def _split_characters(text: str, start: int, end: int, size: int) -> list[Span]:
-    """Slices of at most size characters, if possible not cut before a combining mark or inside a ZWJ sequence."""
+def _split_characters(text: str, start: int, end: int, size: int, ruler: Ruler) -> list[Span]:
+    """Slices measuring at most size, if possible not cut before a combining mark or inside a ZWJ sequence."""
     spans = []
-    while end - start > size:
-        cut = start + size
+    while ruler.length(start, end) > size:
+        cut = furthest = ruler.cut(start, end, size)
         while cut > start and _continues_grapheme(text, cut):
             cut -= 1
-        cut = cut if cut > start else start + size
+        cut = cut if cut > start else furthest
         spans.append((start, cut))
         start = cut
     return spans + [(start, end)]
@@ -242,11 +314,11 @@ def _continues_grapheme(text: str, index: int) -> bool:
     return joins or text[index - 1] == "\u200d"
 
 
-def _merge(spans: list[Span], size: int) -> list[Span]:
+def _merge(spans: list[Span], size: int, ruler: Ruler) -> list[Span]:
     """Greedily join adjacent spans while the joined text (including what lies between) fits in size."""
     merged: list[Span] = []
     for start, end in spans:
-        if merged and end - merged[-1][0] <= size:
+        if merged and ruler.length(merged[-1][0], end) <= size:
             merged[-1] = (merged[-1][0], end)
         else:
             merged.append((start, end))
@@ -268,21 +340,23 @@ def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> 
     markdown, redacted, chunks = all_stores["markdown"], all_stores["redacted"], all_stores["chunks"]
     todo = reconcile(report, lambda shard: redacted.shas(shard, "md"), chunks.shas, chunks)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
-    limit = settings.chunk_size + settings.chunk_overlap
+    tokenizer, size = chunk_budget(settings)
     rows = []
     for shard, sha in todo:
         begin = time.perf_counter()
+        name = document_name(known.get(sha), sha)
         pieces = chunk_document(
             sha, redacted.read_text(shard, sha, "md"),
             line_pages=markdown.read_json(shard, sha, "json")["line_pages"],
-            chunker=settings.chunker, chunk_size=settings.chunk_size,
-            chunk_overlap=settings.chunk_overlap, sentence_window=settings.sentence_window,
+            chunker=settings.chunker, chunk_size=size, chunk_overlap=settings.chunk_overlap,
+            sentence_window=settings.sentence_window, tokenizer=tokenizer, document_name=name,
         )
         elapsed_ms = (time.perf_counter() - begin) * 1000
-        path = describe(known.get(sha), sha)
-        oversized = [chunk.chunk_index for chunk in pieces if len(chunk.text) > limit]
+        oversized = oversized_chunks(pieces, name, tokenizer, size, settings.chunk_overlap)
         if oversized:
-            report.check_failures.append(f"{path}: chunks {oversized} exceed {limit} characters")
+            unit = "word pieces with their context line" if tokenizer else "characters"
+            limit = size if tokenizer else size + settings.chunk_overlap
+            report.check_failures.append(f"{describe(known.get(sha), sha)}: chunks {oversized} exceed {limit} {unit}")
         chunks.write_text(shard, sha, "jsonl", "".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n"
                                                          for c in pieces))
         report.added.append(sha)
@@ -291,6 +365,36 @@ def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> 
     sidecar.upsert(rows)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def document_name(row: dict | None, sha: str) -> str:
+    """The document's path relative to its root, for the embedded context line."""
+    return row["rel_path"] if row and row.get("rel_path") else describe(row, sha)
+
+
+def chunk_budget(settings: Settings) -> tuple[Tokenizer | None, int]:
+    """(the embedding model's tokenizer for the tokens chunker, else None; the chunk size): a token chunk size is
+    capped so that the embedded text fits the model's window with its special tokens."""
+    if settings.chunker != "tokens":
+        return None, settings.chunk_size
+    directory = model_dir(settings.embedding_model_path)
+    try:
+        tokenizer = model_tokenizer(directory)
+    except FileNotFoundError as error:
+        raise ConfigError(f"RAG_CHUNKER=tokens: {error}; set RAG_CHUNKER=recursive") from error
+    return tokenizer, min(settings.chunk_size, max_seq_length(directory) - special_token_count(directory))
+
+
+def oversized_chunks(pieces: list[Chunk], name: str, tokenizer: Tokenizer | None, size: int,
+                     overlap: int) -> list[int]:
+    """Indexes of the chunks over their limit: chunk_size word pieces of embedded text (tokens chunker; a long
+    context line may take at most half), else chunk_size + overlap characters of chunk text."""
+    if tokenizer is None:
+        return [chunk.chunk_index for chunk in pieces if len(chunk.text) > size + overlap]
+    encoded = tokenizer.encode_batch([contextual_text(name, chunk) for chunk in pieces], add_special_tokens=False)
+    return [chunk.chunk_index for chunk, encoding in zip(pieces, encoded)
+            if len(encoding.ids) > size and len(encoding.ids) - len(tokenizer.encode(
+                context_line(name, chunk.heading_path), add_special_tokens=False).ids) > size // 2]
 
 
 def read_chunks(settings: Settings, shard: str, sha: str) -> list[Chunk]:

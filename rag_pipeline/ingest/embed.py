@@ -12,22 +12,11 @@ from tqdm import tqdm
 
 from rag_pipeline.embedder import Embedder, EmbeddingCache, embed_texts
 from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.ingest.chunk import Chunk, read_chunks
-from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.ingest.chunk import contextual_text, document_name, read_chunks
+from rag_pipeline.ingest.stage import StageReport, reconcile, stores
 from rag_pipeline.settings import Settings
 
 EMBED_SLICE = 256  # texts per embedding call: bounds memory and lost work on a crash, drives the progress bar
-
-
-def contextual_text(document_name: str, chunk: Chunk) -> str:
-    """What gets embedded: "path > heading path" on the first line, then the chunk text."""
-    context = " > ".join(part for part in (document_name, chunk.heading_path) if part)
-    return f"{context}\n{chunk.text}" if context else chunk.text
-
-
-def document_name(row: dict | None, sha: str) -> str:
-    """The document's path relative to its root, for the embedded context line."""
-    return row["rel_path"] if row and row.get("rel_path") else describe(row, sha)
 
 
 def sync_embeddings(
