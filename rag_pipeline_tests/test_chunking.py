@@ -8,7 +8,17 @@ import uuid
 
 import pytest
 
-from rag_pipeline.ingest.chunk import CHUNK_NAMESPACE, Chunk, chunk_document, chunk_id
+from rag_pipeline.ingest.chunk import (
+    CHUNK_NAMESPACE,
+    Chunk,
+    chunk_budget,
+    chunk_document,
+    chunk_id,
+    context_line,
+    contextual_text,
+)
+from rag_pipeline.model_files import model_dir, model_tokenizer
+from rag_pipeline.settings import Settings
 
 SHA = "a" * 64
 SIZES = [(24, 0), (24, 8), (60, 0), (60, 20), (200, 40), (512, 64)]
@@ -257,3 +267,86 @@ def test_invalid_sizes() -> None:
         chunk_document(SHA, "text", chunk_size=0)
     with pytest.raises(ValueError):
         chunk_document(SHA, "text", chunk_overlap=-1)
+
+
+# The tokens chunker, with the packaged embedding model's own tokenizer.
+TOKENIZER = model_tokenizer(model_dir())
+NAME = "guides/setup notes.md"
+TOKEN_SIZES = [(32, 0), (64, 16), (254, 0), (254, 48)]
+
+
+def pieces(text: str) -> int:
+    return len(TOKENIZER.encode(text, add_special_tokens=False).ids)
+
+
+def fits(chunk: Chunk, size: int) -> bool:
+    """The embedded text fits size pieces, or (a context line over half the size) the chunk has half of them."""
+    return pieces(contextual_text(NAME, chunk)) <= max(size, pieces(context_line(NAME, chunk.heading_path)) + size // 2)
+
+
+def token_chunks(markdown: str, size: int, overlap: int) -> list[Chunk]:
+    return chunk_document(SHA, markdown, chunker="tokens", chunk_size=size, chunk_overlap=overlap,
+                          tokenizer=TOKENIZER, document_name=NAME)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_token_chunks_fit_with_their_context_line_and_keep_all_text(seed: int) -> None:
+    markdown, body = random_markdown(random.Random(seed))
+    lines = markdown.split("\n")
+    for size, overlap in TOKEN_SIZES:
+        chunks = token_chunks(markdown, size, overlap)
+        assert all(fits(chunk, size) for chunk in chunks), (size, overlap)
+        assert all(chunk.text and chunk.text == chunk.text.strip() for chunk in chunks)
+        cores = token_chunks(markdown, size, 0)
+        assert squeeze([chunk.text for chunk in cores]) == squeeze(body)
+        if overlap == 0:
+            continue
+        for chunk, core in zip(chunks, cores, strict=False):  # overlap shrinks the cores: compare the starts
+            assert core.text.split()[0] in lines[core.line_start - 1]
+            assert chunk.line_start >= 1 and chunk.text.split()[0] in markdown
+
+
+@pytest.mark.parametrize("markdown", REAL_TEXTS)
+def test_token_chunks_of_real_documents(markdown: str) -> None:
+    for size, overlap in TOKEN_SIZES:
+        chunks = token_chunks(markdown, size, overlap)
+        assert chunks and all(fits(chunk, size) for chunk in chunks)
+
+
+def test_token_chunks_end_at_sentences_and_fill_the_window() -> None:
+    paragraph = PROSE.replace("\n\n", " ")  # one long paragraph: chunks are cut between its sentences
+    chunks = token_chunks(paragraph, 254, 0)
+    assert len(chunks) > 3
+    assert all(chunk.text.endswith("ends here.") for chunk in chunks)
+    sizes = [pieces(contextual_text(NAME, chunk)) for chunk in chunks]
+    assert all(size > 254 - 20 for size in sizes[:-1])  # greedy: a sentence (~16 pieces) more would not fit
+    character_chunks = chunk_document(SHA, paragraph, chunk_size=512, chunk_overlap=0)
+    assert len(chunks) < len(character_chunks)  # 512 characters are ~110 pieces: the window is filled better
+
+
+def test_token_chunks_respect_headings_and_overlap_in_pieces() -> None:
+    chunks = token_chunks(README + "\n## Details\n\n" + PROSE, 64, 16)
+    assert {chunk.heading_path for chunk in chunks} >= {"Project > Install > Linux", "Project > Details"}
+    usage = [chunk for chunk in chunks if chunk.heading_path == "Project > Details"]
+    for previous, chunk in zip(usage, usage[1:]):
+        shared = chunk.text[:40].split()[0]
+        assert shared in previous.text  # starts with the tail of the previous chunk
+    assert all(fits(chunk, 64) for chunk in chunks)
+
+
+def test_a_long_context_line_leaves_the_chunk_half_the_budget() -> None:
+    long_name = "very/" * 60 + "deep.md"
+    chunks = chunk_document(SHA, PROSE, chunker="tokens", chunk_size=64, chunk_overlap=0, tokenizer=TOKENIZER,
+                            document_name=long_name)
+    assert chunks and all(pieces(chunk.text) <= 32 for chunk in chunks)
+
+
+def test_tokens_chunker_needs_the_tokenizer() -> None:
+    with pytest.raises(ValueError, match="tokenizer"):
+        chunk_document(SHA, "text", chunker="tokens", chunk_size=64, chunk_overlap=0)
+
+
+def test_token_chunk_size_is_capped_by_the_model_window(tmp_path) -> None:
+    tokenizer, size = chunk_budget(Settings(data_dir=tmp_path, chunker="tokens", chunk_size=1000))
+    assert tokenizer is not None and size == 256 - 2  # all-MiniLM-L6-v2 reads 256 pieces with [CLS] and [SEP]
+    assert chunk_budget(Settings(data_dir=tmp_path, chunker="recursive", chunk_size=1000)) == (None, 1000)

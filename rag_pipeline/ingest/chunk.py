@@ -156,8 +156,8 @@ def chunk_document(
     for heading_path, start, end in _sections(markdown, line_starts):
         if chunker == "tokens":
             context = context_line(document_name, heading_path)
-            budget = chunk_size - chunk_overlap - (ruler.measure(context) if context else 0)
-            found = _recursive(markdown, start, end, max(budget, chunk_size // 2), chunk_overlap, ruler)
+            text_budget = max(chunk_size - (ruler.measure(context) if context else 0), chunk_size // 2)
+            found = _recursive(markdown, start, end, max(text_budget - chunk_overlap, 1), chunk_overlap, ruler)
         elif chunker == "recursive":
             found = _recursive(markdown, start, end, chunk_size, chunk_overlap, ruler)
         else:
