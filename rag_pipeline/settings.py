@@ -264,7 +264,10 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _resolve_deployment(self) -> Settings:
         """Chunk settings and runtime: set explicitly, else the data dir's active index's, else the defaults."""
-        for name, value in active_index_settings(self.data_dir).items():
+        built = active_index_settings(self.data_dir)
+        if "chunker" in self.model_fields_set and built.get("chunker") != self.chunker:
+            built = {name: value for name, value in built.items() if not name.startswith(("chunk", "sentence"))}
+        for name, value in built.items():
             if name not in self.model_fields_set:
                 self.__dict__[name] = value  # not marked as set: a copy of these settings resolves the same way
         if self.chunker == "tokens" and self.embedding_backend != "sentence_transformers" \

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -23,6 +25,10 @@ from rag_pipeline.embedder import (
     embed_texts,
 )
 from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
+from rag_pipeline.model_files import model_dir
+from rag_pipeline.onnx_embedder import OnnxEmbedder
+from rag_pipeline.onnx_export import exported_model
+from rag_pipeline_tests.conftest import DATASETS
 from rag_pipeline_tests.fake_ollama import (
     FAKE_DIMENSION,
     FakeOllama,
@@ -227,3 +233,52 @@ def test_declared_dimension_matches_the_loaded_model(tmp_path: Path) -> None:
                                         '"type": "sentence_transformers.models.Dense"}]')
     assert declared_dimension(str(dense)) is None  # a Dense layer may change it: load the model to know
     assert declared_dimension(str(tmp_path / "missing")) is None
+
+
+# --- the ONNX Runtime runtimes (exported from the packaged model, offline) -------------------------------------
+
+SCIFACT_TEXTS = [json.loads(line) for line in (DATASETS / "scifact" / "corpus.jsonl").open().readlines()[:64]]
+TEXTS = [f"{record['title']}\n\n{record['text']}" for record in SCIFACT_TEXTS] + ["Short.", "a " * 600]
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx_export")  # its own directory: these tests export for real
+
+
+@pytest.mark.parametrize(("runtime", "min_cosine", "mean_cosine"), [("onnx", 0.9999, 0.9999),
+                                                                    ("onnx-int8", 0.97, 0.99)])
+def test_onnx_runtimes_give_the_torch_vectors(embedder: SentenceTransformerEmbedder, export_dir: Path,
+                                              runtime: str, min_cosine: float, mean_cosine: float) -> None:
+    onnx = build_embedder(runtime=runtime, onnx_cache_dir=str(export_dir), batch_size=8)
+    assert isinstance(onnx, OnnxEmbedder) and onnx.dimension == 384
+    assert onnx.model_id == DEFAULT_MODEL_ID + ("#onnx-int8" if runtime == "onnx-int8" else "")
+    reference = embedder.embed_documents(TEXTS)  # includes a text longer than the 256-piece window: truncated alike
+    vectors = onnx.embed_documents(TEXTS)
+    assert_normalised(vectors)
+    cosines = (vectors * reference).sum(axis=1)
+    assert cosines.min() >= min_cosine and cosines.mean() >= mean_cosine  # int8: "Short." is the worst, ~0.98
+    np.testing.assert_allclose(onnx.embed_query(TEXTS[3]), vectors[3], atol=1e-5)  # batching changes nothing
+    assert onnx.embed_documents([]).shape == (0, 384)
+    query = onnx.embed_query("How do I reset my password?")
+    paraphrase, unrelated = onnx.embed_documents(["Steps to recover account login credentials",
+                                                  "The duck is a waterbird"])
+    assert query @ paraphrase > query @ unrelated + 0.2
+
+
+def test_onnx_export_is_cached_and_never_downloads(export_dir: Path) -> None:
+    first = exported_model(model_dir(), export_dir, "onnx-int8")
+    stamp = first.stat().st_mtime_ns
+    assert exported_model(model_dir(), export_dir, "onnx-int8") == first and first.stat().st_mtime_ns == stamp
+    assert first.stat().st_size < first.with_name("onnx.onnx").stat().st_size  # int8 weights are smaller
+    assert not list(export_dir.rglob("*.tmp"))  # written through a temporary file and renamed
+
+
+def test_onnx_export_refuses_a_model_it_cannot_export(tmp_path: Path) -> None:
+    model = tmp_path / "with-dense"
+    shutil.copytree(model_dir(), model)
+    modules = json.loads((model / "modules.json").read_text())
+    (model / "modules.json").write_text(json.dumps([*modules, {"idx": 9, "name": "9", "path": "2_Dense",
+                                                               "type": "sentence_transformers.models.Dense"}]))
+    with pytest.raises(EmbedderUnavailable, match="RAG_EMBEDDING_RUNTIME=torch"):
+        build_embedder(model_path=str(model), runtime="onnx-int8", onnx_cache_dir=str(tmp_path / "cache"))

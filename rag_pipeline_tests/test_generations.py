@@ -185,3 +185,48 @@ def test_check_compares_chunk_ids_and_text_and_sync_repairs_stale_text(tmp_path:
                             tags=shard_run_tags([row["shard"]]))
     assert result.success
     every_point_matches_its_chunk(settings)
+
+
+def test_a_data_dir_keeps_its_runtime_and_chunker_until_they_are_set(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
+
+    def resolved() -> tuple:
+        settings = Settings(data_dir=data_dir)
+        return settings.chunker, settings.chunk_size, settings.chunk_overlap, settings.embedding_runtime
+
+    assert resolved() == ("tokens", 254, 0, "onnx-int8")  # a new deployment gets the measured defaults
+    monkeypatch.setenv("RAG_EMBEDDING_RUNTIME", "torch")
+    monkeypatch.setenv("RAG_CHUNKER", "recursive")
+    old = ingest([root], data_dir)["generation"]["target"]
+    monkeypatch.delenv("RAG_EMBEDDING_RUNTIME")
+    monkeypatch.delenv("RAG_CHUNKER")
+    assert resolved() == ("recursive", 512, 64, "torch")  # nothing set: the data dir keeps what it was built with
+    again = ingest([root], data_dir)
+    assert again["run_ids"] == [] and not again["generation"]["switched"]
+
+    monkeypatch.setenv("RAG_CHUNKER", "tokens")  # the sizes of the old chunker do not carry over to the new one
+    monkeypatch.setenv("RAG_EMBEDDING_RUNTIME", "onnx-int8")
+    switched = ingest([root], data_dir)["generation"]
+    assert switched["switched"] and switched["target"] != old
+    monkeypatch.delenv("RAG_EMBEDDING_RUNTIME")
+    monkeypatch.delenv("RAG_CHUNKER")
+    assert resolved() == ("tokens", 254, 0, "onnx-int8")
+    settings = Settings(data_dir=data_dir)
+    every_point_matches_its_chunk(settings)
+    retriever = open_retriever(settings)
+    try:
+        assert retriever.embedder.model_id == "sentence-transformers/all-MiniLM-L6-v2#onnx-int8"
+        assert retriever.search("install on Fedora", top_k=3).hits
+    finally:
+        retriever.close()
+
+
+def test_an_index_from_before_generations_keeps_torch_and_the_character_chunker(tmp_path: Path) -> None:
+    legacy = tmp_path / "data" / "qdrant_edge" / "chunks__sentence-transformers_all-minilm-l6-v2__384"
+    legacy.mkdir(parents=True)
+    settings = Settings(data_dir=tmp_path / "data")
+    assert (settings.chunker, settings.chunk_size, settings.embedding_runtime) == ("recursive", 512, "torch")
+    assert settings.embedding_model_id == "sentence-transformers/all-MiniLM-L6-v2"  # its collection is found
+    served = Settings(data_dir=tmp_path / "other", embedding_backend="ollama")
+    assert served.chunker == "recursive"  # a server's model: no tokenizer here to count its pieces
