@@ -221,6 +221,9 @@ class Settings(BaseSettings):
 
     # HTTP API.
     api_max_body_bytes: int = 64 * 1024
+    # Concurrent /search and /ask requests whose query embeddings are computed in one model call: a request
+    # arriving while others do waits up to this many milliseconds for more (a lone request never waits); 0: off.
+    query_batch_window_ms: float = Field(2.0, ge=0, le=100)
     # API keys (serve/keys.py): the hashed keys file (default <data dir>/api_keys.yaml), and one admin key given
     # as a token (api_key) or a file holding it (api_key_file), hashed at startup (e.g. docker-compose's).
     api_keys_file: Path | None = None
