@@ -354,8 +354,11 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     @app.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
     async def search(body: SearchBody, scope: Annotated[KeyScope | None, reader]) -> Response:
         """The best `top_k` chunks for the query (hybrid retrieval, optional rerank and semantic cache)."""
-        retriever = await run_in_threadpool(runtime.retriever)
-        result = await run_in_threadpool(retriever.search, body.query, body.top_k, body.filters or None, scope)
+        def run() -> tuple[Retriever, RetrievalResult]:  # one worker-thread hop per request
+            retriever = runtime.retriever()
+            return retriever, retriever.search(body.query, body.top_k, body.filters or None, scope)
+
+        retriever, result = await run_in_threadpool(run)
         metrics.observe_retrieval(result, retriever.cache is not None)
         return JSONResponse(result.to_json())  # the contract's own JSON, as `search --json` writes it
 
