@@ -3,9 +3,10 @@
 Prints wall time, docs/s, chunks/s, the pure embedding (model) time of the same chunks in the same run and
 their ratio (goal: wall <= 1.3x embedding), per-stage seconds, then the time of a no-change re-ingest. With
 --rebuild-overlap N it then changes RAG_CHUNK_OVERLAP to N, which makes a new index generation, and prints the
-cost of building it while the old one serves, of its final check and of the switch.
+cost of building it while the old one serves, of its final check and of the switch. --json writes every figure
+printed as one JSON object.
 
-    .venv/bin/python bench/bench_ingest.py [--limit N] [--work DIR] [--rebuild-overlap N]
+    .venv/bin/python bench/bench_ingest.py [--limit N] [--work DIR] [--rebuild-overlap N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="work directory (default: a temporary one)")
     parser.add_argument("--rebuild-overlap", type=int, default=None,
                         help="then rebuild into a new generation with this chunk overlap and time it")
+    parser.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_ingest_"))
     corpus, data_dir = work / "scifact", work / "data"
@@ -57,6 +59,12 @@ def main() -> None:
     again = ingest([corpus], data_dir)
 
     chunks = summary["chunks"]
+    report = {"documents": documents, "chunks": chunks, "wall_seconds": wall, "docs_per_s": documents / wall,
+              "chunks_per_s": chunks / wall, "embedding_seconds": summary["embed_seconds"],
+              "embedding_chunks_per_s": chunks / summary["embed_seconds"],
+              "wall_per_embedding": wall / summary["embed_seconds"], "stage_seconds": summary["stage_seconds"],
+              "no_change_reingest": {"seconds": again["seconds"], "added": again["added"],
+                                     "shards_run": len(again["shards"])}}
     print(f"documents            {documents}")
     print(f"chunks               {chunks}")
     print(f"wall time            {wall:.1f} s")
@@ -78,6 +86,16 @@ def main() -> None:
               f"switch {generation['switch_ms']:.2f} ms; dropped {', '.join(generation['dropped']) or 'none'}")
         for stage, seconds in rebuilt["stage_seconds"].items():
             print(f"  {stage:20} {seconds:.1f} s")
+        report["rebuild"] = {"chunk_overlap": args.rebuild_overlap, "seconds": rebuilt["seconds"],
+                             "documents": rebuilt["reindexed"], "chunks": rebuilt["chunks"],
+                             "vectors_computed": rebuilt["vectors_computed"],
+                             "vectors_cached": rebuilt["vectors_cached"],
+                             "check_seconds": generation["check_seconds"], "points": generation["points"],
+                             "switch_ms": generation["switch_ms"], "dropped": generation["dropped"],
+                             "stage_seconds": rebuilt["stage_seconds"]}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

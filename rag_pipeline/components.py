@@ -20,6 +20,7 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import SPARSE_ID
 from rag_pipeline.index.vector_store import HnswSettings, VectorStore, collection_name
 from rag_pipeline.llm import NO_LLM, build_llm
+from rag_pipeline.query_batcher import QueryBatcher
 from rag_pipeline.retrieve.hyde import Hyde
 from rag_pipeline.retrieve.rerank import Reranker
 from rag_pipeline.retrieve.retriever import RetrievalSettings, Retriever
@@ -166,8 +167,10 @@ def retrieval_settings(settings: Settings) -> RetrievalSettings:
     )
 
 
-def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) -> Retriever:
-    """The retriever of the configured store, models and retrieval settings; close() it when done.
+def open_retriever(settings: Settings, *, semantic_cache: bool | None = None, batch_queries: bool = False
+                   ) -> Retriever:
+    """The retriever of the configured store, models and retrieval settings; close() it when done. With
+    `batch_queries` (a server's), concurrent searches embed their queries together (RAG_QUERY_BATCH_WINDOW_MS).
 
     An embedder that cannot be loaded leaves retrieval BM25-only (each result says so); a configured reranker
     or HyDE that cannot be set up is a configuration error and raises.
@@ -177,6 +180,8 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None) ->
         query_embedder: Embedder | None = embedder(settings)
     except EmbedderUnavailable:
         query_embedder = None  # searches fall back to BM25 and warn
+    if batch_queries and query_embedder is not None and settings.query_batch_window_ms > 0:
+        query_embedder = QueryBatcher(query_embedder, settings.query_batch_window_ms)
     reranker = shared_reranker(settings.rerank_model_path) if settings.rerank_model_path else None
     hyde = None
     if settings.hyde != "off":

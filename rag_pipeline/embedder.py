@@ -150,7 +150,10 @@ class OllamaEmbedder(Embedder):
         return self._embed_batched([self._document_prefix + text for text in texts])
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._embed_batched([self._query_prefix + text])[0]
+        return self.embed_queries([text])[0]
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self._embed_batched([self._query_prefix + text for text in texts])
 
 
 class OpenAIEmbedder(Embedder):
@@ -208,6 +211,9 @@ class OpenAIEmbedder(Embedder):
         vectors = [vector for start in range(0, len(texts), self.batch_size)
                    for vector in self._embed(list(texts[start : start + self.batch_size]))]
         return _normalise(np.array(vectors, dtype=np.float32).reshape(len(texts), self.dimension))
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed_documents(texts)  # no query prefix: one request for all
 
 
 # Modules after which a sentence-transformers model's output dimension is still the pooling dimension.

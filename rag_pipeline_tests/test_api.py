@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -98,6 +99,39 @@ def test_search_filters(api: str) -> None:
     body = httpx.post(f"{api}/search", json={"query": "duck", "top_k": 10,
                                              "filters": {"doc_type": ["pdf", "docx"]}}).json()
     assert body["results"] and {result["doc_type"] for result in body["results"]} <= {"pdf", "docx"}
+
+
+CONCURRENT_QUERIES = [
+    "If a setting is in nimbus.yaml and also set as an environment variable, which value does Nimbus use?",
+    "How large are chunks by default and how much do neighbouring chunks overlap?",
+    "What is the default rrf_k? What happens to the ranking if I lower it?",
+    "Is it OK to keep the Nimbus data directory on a network file system?",
+    "What CPU and memory do I need to run Nimbus on a corpus of about 50k documents?",
+    "On Fedora, SELinux stops the service from binding its port. Which command do I run to allow it?",
+    "How many chunks per second can I expect when embedding on an M2 Mac?",
+    "Do I need a GPU to run the embedding model?",
+    "Can Nimbus index PowerPoint decks and web pages, or only text files?",
+    "What per-document information does the DuckDB sidecar keep?",
+    "who do I page for a SEV1 outage?",
+    "duck",
+]
+
+
+def test_concurrent_searches_match_sequential_ones(sample_index: tuple[Path, Path]) -> None:
+    """Searches arriving together (their query embeddings batched) get the results each gets alone."""
+    _, data_dir = sample_index
+
+    def search(url: str, query: str) -> list[tuple[str, float]]:
+        response = httpx.post(f"{url}/search", json={"query": query, "top_k": 5}, timeout=60)
+        assert response.status_code == 200, response.text
+        return [(result["chunk_id"], result["score"]) for result in response.json()["results"]]
+
+    with running_api(Settings(data_dir=data_dir, query_batch_window_ms=20)) as url:
+        sequential = [search(url, query) for query in CONCURRENT_QUERIES]
+        assert all(sequential)
+        with ThreadPoolExecutor(len(CONCURRENT_QUERIES)) as pool:
+            for _ in range(3):
+                assert list(pool.map(lambda query: search(url, query), CONCURRENT_QUERIES)) == sequential
 
 
 @pytest.mark.parametrize(("body", "status", "code"), [

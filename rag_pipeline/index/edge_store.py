@@ -283,10 +283,10 @@ def _match(condition: Condition) -> qe.MatchValue | qe.MatchAny | qe.MatchPrefix
 
 
 def _dense(vector: Any) -> tuple[float, ...] | None:
-    """The dense vector of a point's named vectors."""
+    """The dense vector of a point's named vectors (qdrant-edge gives a list of floats)."""
     if isinstance(vector, dict):
         vector = vector.get(DENSE)
-    return tuple(float(value) for value in vector) if vector is not None else None
+    return tuple(vector) if vector is not None else None
 
 
 def _sparse(vector: SparseVector) -> qe.SparseVector:

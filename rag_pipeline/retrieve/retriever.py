@@ -334,11 +334,11 @@ class Retriever:
 
 
 def merge_fragment_hits(results: Sequence[Sequence[Hit]]) -> list[Hit]:
-    """Hits of several fragment searches, one per chunk id with its best score, best first."""
+    """Hits of several fragment searches, one per chunk id with its best score, best first; equal scores by chunk id
+    (qdrant-edge returns RRF ties in a different order from one call to the next)."""
     best: dict[str, Hit] = {}
     for hits in results:
         for hit in hits:
             if hit.id not in best or hit.score > best[hit.id].score:
                 best[hit.id] = hit
-    order = {hit_id: position for position, hit_id in enumerate(best)}
-    return sorted(best.values(), key=lambda hit: (-hit.score, order[hit.id]))
+    return sorted(best.values(), key=lambda hit: (-hit.score, hit.id))

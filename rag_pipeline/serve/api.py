@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from fastapi import Depends, FastAPI
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -304,6 +306,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     runtime = Runtime(settings, retriever)
     SearchBody = models.with_default_top_k(SearchRequest, settings.top_k)
     AskBody = models.with_default_top_k(AskRequest, settings.top_k)
+    search_threads = CapacityLimiter(settings.api_search_threads)
     sidecar = Sidecar(settings.sidecar_path)
     query_runner = QueryRunner(settings, sidecar)
     chat_memory = ChatMemory(sidecar, settings.chat_retention_days)
@@ -354,8 +357,11 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     @app.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
     async def search(body: SearchBody, scope: Annotated[KeyScope | None, reader]) -> Response:
         """The best `top_k` chunks for the query (hybrid retrieval, optional rerank and semantic cache)."""
-        retriever = await run_in_threadpool(runtime.retriever)
-        result = await run_in_threadpool(retriever.search, body.query, body.top_k, body.filters or None, scope)
+        def run() -> tuple[Retriever, RetrievalResult]:  # one worker-thread hop per request
+            retriever = runtime.retriever()
+            return retriever, retriever.search(body.query, body.top_k, body.filters or None, scope)
+
+        retriever, result = await anyio.to_thread.run_sync(run, limiter=search_threads)
         metrics.observe_retrieval(result, retriever.cache is not None)
         return JSONResponse(result.to_json())  # the contract's own JSON, as `search --json` writes it
 

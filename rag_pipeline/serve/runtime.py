@@ -73,7 +73,7 @@ class Runtime:
                 if self.error is not None and time.monotonic() < self._next_attempt:
                     raise self.error
                 try:
-                    self._retriever = components.open_retriever(self.settings)
+                    self._retriever = components.open_retriever(self.settings, batch_queries=True)
                 except StoreUnavailable as error:
                     self.error, self._next_attempt = error, time.monotonic() + REOPEN_INTERVAL_S
                     raise
