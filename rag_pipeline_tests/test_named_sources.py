@@ -250,10 +250,14 @@ def make_legacy(data_dir: Path) -> None:
     con.close()
 
 
-def test_an_old_data_dir_migrates_into_default(two_folders: tuple[Path, Path], data_dir: Path) -> None:
+def test_an_old_data_dir_migrates_into_default(two_folders: tuple[Path, Path], data_dir: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     docs, _ = two_folders
-    ingest([docs], data_dir)
-    make_legacy(data_dir)
+    with monkeypatch.context() as old_defaults:  # what data dirs from before generations were built with
+        old_defaults.setenv("RAG_EMBEDDING_RUNTIME", "torch")
+        old_defaults.setenv("RAG_CHUNKER", "recursive")
+        ingest([docs], data_dir)
+        make_legacy(data_dir)
     sidecar = Sidecar(Settings(data_dir=data_dir).sidecar_path)  # opening migrates
     assert {tuple(row["sources"]) for row in sidecar.documents().values()} == {("default",)}
     assert sidecar.sources()["default"]["roots"] == [str(docs)]

@@ -13,7 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from rag_pipeline import components
-from rag_pipeline.embedder import EmbedderUnavailable, OllamaEmbedder, OpenAIEmbedder, build_embedder
+from rag_pipeline.embedder import EmbedderUnavailable, OllamaEmbedder, OpenAIEmbedder
+from rag_pipeline.embedder_factory import build_embedder
 from rag_pipeline.generate.generators import LLMGenerator
 from rag_pipeline.llm import ChatModel, LLMResponseError, LLMUnavailable, OllamaLLM, OpenAIChatModel, build_llm
 from rag_pipeline.settings import Settings
