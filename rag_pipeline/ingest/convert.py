@@ -43,7 +43,9 @@ TEXT_TYPES = ("md", "txt")  # read as text: never worth a worker process
 # A step converts in a worker pool from this many documents for docling: below it, a worker's start-up (importing
 # docling, ~2.5 s of one core) costs more than the pool saves (bench/bench_convert.py --pool).
 POOL_MIN_DOCUMENTS = 8
-PRELOAD = ["rag_pipeline.ingest.convert", "docling.document_converter"]  # imported once, by the forkserver
+# Imported once by the workers' forkserver; "__main__" so that each worker does not run the main script again
+# (the `rag-pipeline` or `dagster` console script: a guarded import).
+PRELOAD = ["__main__", "rag_pipeline.ingest.convert", "docling.document_converter"]
 
 _COMMENT = re.compile(r"<!--.*?-->")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)(?:\s+#+)?\s*$")
