@@ -40,8 +40,10 @@ if TYPE_CHECKING:  # docling takes seconds to import: it is imported when the fi
 
 PdfPipeline = Literal["native", "layout_model"]
 TEXT_TYPES = ("md", "txt")  # read as text: never worth a worker process
-# A step converts in a worker pool from this many documents for docling: below it, a worker's start-up (importing
-# docling, ~2.5 s of one core) costs more than the pool saves (bench/bench_convert.py --pool).
+# A step converts in a worker pool from this many documents for docling. The pool's forkserver imports docling
+# once per process (~2.7 s of a core, as this process would) and each worker builds docling's pipelines again
+# (~0.2 s of a core); fewer documents (~0.1 s of a core each in the documents dataset) gain less than that
+# (bench/bench_convert.py --workers N).
 POOL_MIN_DOCUMENTS = 8
 # Imported once by the workers' forkserver; "__main__" so that each worker does not run the main script again
 # (the `rag-pipeline` or `dagster` console script: a guarded import).
@@ -339,7 +341,7 @@ def conversions(settings: Settings, converter: DocumentConverter,
                     if job[1] in TEXT_TYPES)
         for position, result in pool.run([jobs[index] for index in pooled]):
             if isinstance(result, Lost):
-                result = Outcome(None, f"conversion stopped: {result.reason}")
+                result = Outcome(None, f"the conversion did not finish: {result.reason}")
             yield pooled[position], result
 
 

@@ -111,7 +111,7 @@ class WorkerPool(Generic[Job, Result]):
                     result = Lost(f"its worker process died ({_exit_reason(worker.process.exitcode)})")
                     self._replace(worker)
             elif time.monotonic() >= worker.deadline:
-                result = Lost(f"it ran longer than {self.timeout_s:g} s: its worker process was stopped")
+                result = Lost(f"its worker process was stopped after {self.timeout_s:g} s")
                 self._replace(worker)
             else:
                 continue
