@@ -4,8 +4,8 @@ conversion, a document that fails, hangs or kills its worker fails alone, RAG_CO
 from __future__ import annotations
 
 import functools
+import math
 import os
-import shutil
 import signal
 import threading
 from pathlib import Path
@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.defs.runner import ingest
-from rag_pipeline.ingest.convert import DocumentConverter, Outcome, conversions, convert_outcome, worker_handler
+from rag_pipeline.ingest.convert import (
+    POOL_MIN_DOCUMENTS,
+    DocumentConverter,
+    Outcome,
+    conversions,
+    convert_outcome,
+    worker_handler,
+)
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
 from rag_pipeline.settings import Settings
 
@@ -23,8 +30,9 @@ DOC_TYPES = {".pdf": "pdf", ".docx": "docx", ".html": "html"}
 
 
 def dataset_jobs() -> list[tuple[Path, str]]:
-    """The dataset's PDF, DOCX and HTML files (12: enough for a pool)."""
-    return [(path, DOC_TYPES[path.suffix]) for path in sorted(DOCUMENTS.iterdir()) if path.suffix in DOC_TYPES]
+    """The dataset's PDF, DOCX and HTML files, repeated to make a step that converts in a pool."""
+    jobs = [(path, DOC_TYPES[path.suffix]) for path in sorted(DOCUMENTS.iterdir()) if path.suffix in DOC_TYPES]
+    return jobs * math.ceil(POOL_MIN_DOCUMENTS / len(jobs))
 
 
 def reader_of(path: Path) -> int:
@@ -87,13 +95,13 @@ def test_ingest_records_a_failing_document_of_the_pool_as_its_error(tmp_path: Pa
                                                                      data_dir: Path) -> None:
     root = tmp_path / "docs"
     root.mkdir()
-    for path, _ in dataset_jobs():
-        shutil.copy(path, root)
+    for number in range(POOL_MIN_DOCUMENTS):
+        (root / f"page{number}.html").write_text(f"<html><body><h1>Page {number}</h1><p>Text {number}.</p></body></html>")
     (root / "corrupt.pdf").write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 40)
     monkeypatch.setenv("RAG_CONVERT_WORKERS", "2")
 
     summary = ingest([root], data_dir)
 
-    assert summary["added"] == 12
+    assert summary["added"] == POOL_MIN_DOCUMENTS
     assert [failure["path"].rsplit("/", 1)[-1] for failure in summary["failed"]] == ["corrupt.pdf"]
     assert summary["failed"][0]["error"].startswith("not a valid PDF")

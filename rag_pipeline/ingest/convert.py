@@ -41,10 +41,10 @@ if TYPE_CHECKING:  # docling takes seconds to import: it is imported when the fi
 PdfPipeline = Literal["native", "layout_model"]
 TEXT_TYPES = ("md", "txt")  # read as text: never worth a worker process
 # A step converts in a worker pool from this many documents for docling. The pool's forkserver imports docling
-# once per process (~2.7 s of a core, as this process would) and each worker builds docling's pipelines again
-# (~0.2 s of a core); fewer documents (~0.1 s of a core each in the documents dataset) gain less than that
-# (bench/bench_convert.py --workers N).
-POOL_MIN_DOCUMENTS = 8
+# once per process (~2.7 s of a core, as this process would) and each step's workers build docling's pipelines
+# again: ~0.3-0.5 s a step. Measured on 2 idle cores (bench/bench_convert.py --workers N, the documents dataset,
+# ~0.1 s of a core per document): 12 documents lose (1.8 s vs 1.3 s), 48 gain (2.5 s vs 4.3 s).
+POOL_MIN_DOCUMENTS = 24
 # Imported once by the workers' forkserver; "__main__" so that each worker does not run the main script again
 # (the `rag-pipeline` or `dagster` console script: a guarded import).
 PRELOAD = ["__main__", "rag_pipeline.ingest.convert", "docling.document_converter"]
