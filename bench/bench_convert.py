@@ -1,6 +1,11 @@
 """Benchmark rag_pipeline.ingest.convert over the dataset documents with one DocumentConverter.
 
-Usage: HF_HUB_OFFLINE=1 python bench/bench_convert.py [--repeat N] [--documents DIR]
+With --workers N it instead times a step's conversion (ingest/convert.py: conversions) of the documents (the
+first --limit of them, each --repeat times) with RAG_CONVERT_WORKERS=N (1: in-process), twice in this process:
+cold (docling imported, or the worker pool's forkserver started, inside the timing: a CLI ingest) and warm (a
+long-lived process: the API, the Dagster code server). Run it once per N to compare.
+
+Usage: HF_HUB_OFFLINE=1 python bench/bench_convert.py [--repeat N] [--documents DIR] [--workers N [--limit M]]
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from rag_pipeline.ingest.convert import DocumentConverter
+from rag_pipeline.ingest.convert import POOL_MIN_DOCUMENTS, DocumentConverter, conversions
+from rag_pipeline.settings import Settings
 
 DOCUMENTS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "documents"
 DOC_TYPES = {".md": "md", ".txt": "txt", ".pdf": "pdf", ".docx": "docx", ".html": "html", ".pptx": "pptx"}
@@ -20,9 +26,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="convert every document N times")
     parser.add_argument("--documents", type=Path, default=DOCUMENTS)
+    parser.add_argument("--workers", type=int, default=None, help="time a step's conversion with N workers")
+    parser.add_argument("--limit", type=int, default=None, help="with --workers: the first M documents only")
     args = parser.parse_args()
 
     paths = sorted(path for path in args.documents.iterdir() if path.suffix in DOC_TYPES)
+    if args.workers is not None:
+        time_step(paths[:args.limit] * args.repeat, args.workers)
+        return
     converter = DocumentConverter()
     started = time.perf_counter()
     converter.docling  # noqa: B018 - build the docling converter outside the timings
@@ -46,6 +57,19 @@ def main() -> None:
         s = sum(seconds.values()) if doc_type == "all" else seconds[doc_type]
         pages_per_second = f"{pages[doc_type] / s:8.1f}" if doc_type == "pdf" else f"{'':>8}"
         print(f"{doc_type:<6} {n:>6} {s:>9.2f} {n / s:>8.1f} {pages_per_second}")
+
+
+def time_step(paths: list[Path], workers: int) -> None:
+    """Wall time of converting `paths` as one step would, cold then warm."""
+    settings, converter = Settings(convert_workers=workers), DocumentConverter()
+    jobs = [(path, DOC_TYPES[path.suffix]) for path in paths]
+    pooled = workers > 1 and sum(doc_type not in ("md", "txt") for _, doc_type in jobs) >= POOL_MIN_DOCUMENTS
+    print(f"{len(jobs)} documents, RAG_CONVERT_WORKERS={workers}: {'worker pool' if pooled else 'in-process'}")
+    for label in ("cold", "warm"):
+        started = time.perf_counter()
+        failed = sum(outcome.converted is None for _, outcome in conversions(settings, converter, jobs))
+        seconds = time.perf_counter() - started
+        print(f"{label}: {seconds:6.2f} s  {len(jobs) / seconds:6.1f} docs/s  ({failed} failed)")
 
 
 if __name__ == "__main__":

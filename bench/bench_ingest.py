@@ -6,7 +6,8 @@ their ratio (goal: wall <= 1.3x embedding), per-stage seconds, then the time of 
 cost of building it while the old one serves, of its final check and of the switch. --json writes every figure
 printed as one JSON object.
 
-    .venv/bin/python bench/bench_ingest.py [--limit N] [--work DIR] [--rebuild-overlap N] [--json PATH]
+    .venv/bin/python bench/bench_ingest.py [--limit N] [--corpus FILE] [--work DIR] [--rebuild-overlap N]
+                                           [--json PATH]
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from rag_pipeline.defs.runner import ingest  # noqa: E402
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact" / "corpus.jsonl"
 
 
-def write_corpus(target: Path, limit: int | None) -> int:
+def write_corpus(target: Path, limit: int | None, corpus: Path = CORPUS) -> int:
     """One .txt file per abstract: the title, a blank line, the text."""
     target.mkdir(parents=True, exist_ok=True)
     count = 0
-    with CORPUS.open() as handle:
+    with corpus.open() as handle:
         for line in handle:
             if limit is not None and count >= limit:
                 break
@@ -43,6 +44,7 @@ def write_corpus(target: Path, limit: int | None) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--limit", type=int, default=None, help="first N abstracts only (default: all 5,183)")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help=f"SciFact's corpus.jsonl (default: {CORPUS})")
     parser.add_argument("--work", type=Path, default=None, help="work directory (default: a temporary one)")
     parser.add_argument("--rebuild-overlap", type=int, default=None,
                         help="then rebuild into a new generation with this chunk overlap and time it")
@@ -51,7 +53,7 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_ingest_"))
     corpus, data_dir = work / "scifact", work / "data"
     shutil.rmtree(data_dir, ignore_errors=True)
-    documents = write_corpus(corpus, args.limit)
+    documents = write_corpus(corpus, args.limit, args.corpus)
 
     started = time.perf_counter()
     summary = ingest([corpus], data_dir, progress=True)

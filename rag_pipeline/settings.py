@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     # Conversion. "native": docling's model-free PDF path with our font-based layout recovery;
     # "layout_model": docling's standard pipeline (needs its layout weights installed locally).
     pdf_pipeline: Literal["native", "layout_model"] = "native"
+    # Conversion worker processes (docling is CPU-bound and single-threaded): unset = the cores this process may
+    # use; 1 = convert in the ingest process. A step with few documents for docling converts in-process (see
+    # ingest/convert.py: POOL_MIN_DOCUMENTS). In a worker, a document converting longer than convert_timeout_s
+    # fails and its worker is replaced.
+    convert_workers: int | None = Field(None, ge=1)
+    convert_timeout_s: float = Field(600.0, gt=0)
 
     # Redaction. "redact" replaces personal PII; "keep" leaves PII (secrets are always redacted).
     pii_policy: Literal["redact", "keep"] = "redact"

@@ -5,14 +5,19 @@ drops code-fence languages and block quotes). DOCX, HTML and PPTX go through doc
 go through docling's model-free native pipeline with our layout recovery (pdf_layout) or,
 on request, docling's layout-model pipeline; a PDF docling cannot read falls back to plain
 pypdfium2 text extraction.
+
+sync_markdown converts the documents for docling in a pool of worker processes (ingest/worker_pool.py) when a
+step has enough of them to pay for it; text files, and small steps, convert in the ingest process.
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
+import os
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -26,6 +31,7 @@ from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
 from rag_pipeline.ingest.fields import DocumentFields, file_fields, front_matter_fields, split_front_matter
 from rag_pipeline.ingest.pdf_layout import pages_to_markdown
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
 from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:  # docling takes seconds to import: it is imported when the first converter is built
@@ -33,6 +39,15 @@ if TYPE_CHECKING:  # docling takes seconds to import: it is imported when the fi
     from docling.document_converter import DocumentConverter as DoclingConverter
 
 PdfPipeline = Literal["native", "layout_model"]
+TEXT_TYPES = ("md", "txt")  # read as text: never worth a worker process
+# A step converts in a worker pool from this many documents for docling. The pool's forkserver imports docling
+# once per process (~2.7 s of a core, as this process would) and each step's workers build docling's pipelines
+# again: ~0.3-0.5 s a step. Measured on 2 idle cores (bench/bench_convert.py --workers N, the documents dataset,
+# ~0.1 s of a core per document): 12 documents lose (1.8 s vs 1.3 s), 48 gain (2.5 s vs 4.3 s).
+POOL_MIN_DOCUMENTS = 24
+# Imported once by the workers' forkserver; "__main__" so that each worker does not run the main script again
+# (the `rag-pipeline` or `dagster` console script: a guarded import).
+PRELOAD = ["__main__", "rag_pipeline.ingest.convert", "docling.document_converter"]
 
 _COMMENT = re.compile(r"<!--.*?-->")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)(?:\s+#+)?\s*$")
@@ -59,6 +74,15 @@ class ConvertedDocument:
 
 class ConversionError(InputError):
     """Raised with a clear human reason (e.g. 'not a valid PDF: ...', 'no text could be extracted')."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One document's conversion: the document or why it failed, and the milliseconds it took."""
+
+    converted: ConvertedDocument | None
+    error: str | None = None
+    convert_ms: float = 0.0
 
 
 class DocumentConverter:
@@ -280,6 +304,47 @@ def first_heading(markdown: str) -> str | None:
     return None
 
 
+def convert_outcome(converter: DocumentConverter, path: Path, doc_type: str) -> Outcome:
+    """Convert one file; a failure is the outcome's error (one bad document never stops the others)."""
+    begin = time.perf_counter()
+    try:
+        converted = converter.convert(path, doc_type)
+    except Exception as exc:
+        return Outcome(None, str(exc) if isinstance(exc, ConversionError) else f"{type(exc).__name__}: {exc}")
+    return Outcome(converted, convert_ms=(time.perf_counter() - begin) * 1000)
+
+
+def worker_handler(pdf_pipeline: PdfPipeline) -> Callable[[tuple[Path, str]], Outcome]:
+    """A conversion worker's handler: one converter for the worker's life, (path, doc_type) in, Outcome out."""
+    converter = DocumentConverter(pdf_pipeline)
+    return lambda job: convert_outcome(converter, *job)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def conversions(settings: Settings, converter: DocumentConverter,
+                jobs: Sequence[tuple[Path, str]]) -> Iterator[tuple[int, Outcome]]:
+    """(index of the job, its outcome) for every (path, doc_type) job, in the order they finish: the documents for
+    docling in a worker pool when there are at least POOL_MIN_DOCUMENTS of them and more than one worker, the
+    rest in this process (while the workers start)."""
+    pooled = [index for index, (_, doc_type) in enumerate(jobs) if doc_type not in TEXT_TYPES]
+    workers = min(settings.convert_workers or usable_cores(), len(pooled))
+    if workers < 2 or len(pooled) < POOL_MIN_DOCUMENTS:
+        yield from ((index, convert_outcome(converter, *job)) for index, job in enumerate(jobs))
+        return
+    make_handler = functools.partial(worker_handler, converter.pdf_pipeline)
+    with WorkerPool(workers, make_handler, settings.convert_timeout_s, preload=PRELOAD) as pool:
+        yield from ((index, convert_outcome(converter, *job)) for index, job in enumerate(jobs)
+                    if job[1] in TEXT_TYPES)
+        for position, result in pool.run([jobs[index] for index in pooled]):
+            if isinstance(result, Lost):
+                result = Outcome(None, f"the conversion did not finish: {result.reason}")
+            yield pooled[position], result
+
+
 def sync_markdown(
     settings: Settings, converter: DocumentConverter, shards: Iterable[str], sidecar: Sidecar,
     *, progress: bool = False,
@@ -293,21 +358,20 @@ def sync_markdown(
 
     todo = reconcile(report, raw.shas, complete, markdown)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
+    doc_types = [known[sha]["doc_type"] if sha in known else next((raw.dir / shard).glob(f"{sha}.*")).suffix[1:]
+                 for shard, sha in todo]
+    jobs = [(raw.path(shard, sha, doc_type), doc_type) for (shard, sha), doc_type in zip(todo, doc_types)]
     rows = []
-    for shard, sha in tqdm(todo, desc="convert", unit="doc", disable=not progress or not todo):
-        row = known.get(sha)
-        doc_type = row["doc_type"] if row else next((raw.dir / shard).glob(f"{sha}.*")).suffix[1:]
-        path = describe(row, sha)
-        begin = time.perf_counter()
-        try:
-            converted = converter.convert(raw.path(shard, sha, doc_type), doc_type)
-        except Exception as exc:  # one bad document never stops the others
-            reason = str(exc) if isinstance(exc, ConversionError) else f"{type(exc).__name__}: {exc}"
-            markdown.write_json(shard, sha, "error.json", {"path": path, "error": reason})
-            report.failed[sha] = f"{path}: {reason}"
-            rows.append({"sha": sha, "status": "failed", "stage": "markdown", "error": reason})
+    outcomes = conversions(settings, converter, jobs)
+    for index, outcome in tqdm(outcomes, total=len(jobs), desc="convert", unit="doc", disable=not progress or not todo):
+        shard, sha = todo[index]
+        path = describe(known.get(sha), sha)
+        converted = outcome.converted
+        if converted is None:
+            markdown.write_json(shard, sha, "error.json", {"path": path, "error": outcome.error})
+            report.failed[sha] = f"{path}: {outcome.error}"
+            rows.append({"sha": sha, "status": "failed", "stage": "markdown", "error": outcome.error})
             continue
-        elapsed_ms = (time.perf_counter() - begin) * 1000
         markdown.write_json(shard, sha, "json", {
             "line_pages": converted.line_pages, "page_count": converted.page_count,
             "title": converted.title, "converter": converted.converter, "fields": converted.fields.to_json(),
@@ -316,7 +380,7 @@ def sync_markdown(
         report.added.append(sha)
         rows.append({"sha": sha, "stage": "markdown", "converter": converted.converter,
                      "pages": converted.page_count, "chars": len(converted.markdown), "title": converted.title,
-                     "first_heading": first_heading(converted.markdown), "convert_ms": elapsed_ms})
+                     "first_heading": first_heading(converted.markdown), "convert_ms": outcome.convert_ms})
     sidecar.upsert(rows)
     report.check_failures = unconverted(raw, markdown, report.shards)
     report.seconds = time.perf_counter() - started

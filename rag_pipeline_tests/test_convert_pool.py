@@ -1,0 +1,107 @@
+"""Conversion in a pool of worker processes, on real documents with real docling: the same Markdown as in-process
+conversion, a document that fails, hangs or kills its worker fails alone, RAG_CONVERT_WORKERS=1 converts in-process."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from rag_pipeline.defs.runner import ingest
+from rag_pipeline.ingest.convert import (
+    POOL_MIN_DOCUMENTS,
+    DocumentConverter,
+    Outcome,
+    conversions,
+    convert_outcome,
+    worker_handler,
+)
+from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
+from rag_pipeline.settings import Settings
+
+from .conftest import DOCUMENTS
+
+DOC_TYPES = {".pdf": "pdf", ".docx": "docx", ".html": "html"}
+
+
+def dataset_jobs() -> list[tuple[Path, str]]:
+    """The dataset's PDF, DOCX and HTML files, repeated to make a step that converts in a pool."""
+    jobs = [(path, DOC_TYPES[path.suffix]) for path in sorted(DOCUMENTS.iterdir()) if path.suffix in DOC_TYPES]
+    return jobs * math.ceil(POOL_MIN_DOCUMENTS / len(jobs))
+
+
+def reader_of(path: Path) -> int:
+    """The pid of another process that has `path` open."""
+    for pid in set(filter(str.isdigit, os.listdir("/proc"))) - {str(os.getpid())}:
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == str(path) for fd in os.listdir(f"/proc/{pid}/fd")):
+                return int(pid)
+        except OSError:  # the process ended, or is not ours
+            continue
+    raise AssertionError(f"no process has {path} open")
+
+
+def test_pool_gives_the_same_markdown_as_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\nplain text needs no docling\n")
+    jobs = dataset_jobs() + [(notes, "md")]
+
+    pooled_converter = DocumentConverter()
+    pooled = dict(conversions(Settings(convert_workers=2), pooled_converter, jobs))
+    monkeypatch.setenv("RAG_CONVERT_WORKERS", "1")
+    in_process_converter = DocumentConverter()
+    in_process = dict(conversions(Settings(), in_process_converter, jobs))
+
+    assert sorted(pooled) == sorted(in_process) == list(range(len(jobs)))
+    for index, (path, _) in enumerate(jobs):
+        assert pooled[index].error is None and in_process[index].error is None, path.name
+        assert pooled[index].converted == in_process[index].converted, path.name
+    assert pooled_converter._docling_converter is None  # every docling document went to the workers
+    assert in_process_converter._docling_converter is not None
+
+
+def test_a_document_that_hangs_or_kills_its_worker_fails_alone(tmp_path: Path) -> None:
+    hangs, dies = tmp_path / "hangs.pdf", tmp_path / "dies.docx"
+    os.mkfifo(hangs)  # docling blocks reading a FIFO nobody writes to
+    os.mkfifo(dies)
+    good = [(DOCUMENTS / "lorem_ipsum.docx", "docx"), (DOCUMENTS / "example_03.html", "html")]
+    jobs = [(hangs, "pdf"), (dies, "docx"), *good]
+
+    def kill_the_reader() -> None:
+        with dies.open("wb"):  # returns once a worker has opened the FIFO to read it
+            os.kill(reader_of(dies), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_reader)
+    killer.start()
+    with WorkerPool(2, functools.partial(worker_handler, "native"), timeout_s=10) as pool:
+        results = dict(pool.run(jobs))
+    killer.join()
+
+    assert results[0] == Lost("its worker process was stopped after 10 s")
+    assert results[1] == Lost("its worker process died (killed by SIGKILL)")
+    converter = DocumentConverter()
+    for index, job in enumerate(good, start=2):
+        result = results[index]
+        assert isinstance(result, Outcome) and result.converted == convert_outcome(converter, *job).converted
+
+
+@pytest.mark.slow
+def test_ingest_records_a_failing_document_of_the_pool_as_its_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     data_dir: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    for number in range(POOL_MIN_DOCUMENTS):
+        (root / f"page{number}.html").write_text(f"<html><body><h1>Page {number}</h1><p>Text {number}.</p></body></html>")
+    (root / "corrupt.pdf").write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 40)
+    monkeypatch.setenv("RAG_CONVERT_WORKERS", "2")
+
+    summary = ingest([root], data_dir)
+
+    assert summary["added"] == POOL_MIN_DOCUMENTS
+    assert [failure["path"].rsplit("/", 1)[-1] for failure in summary["failed"]] == ["corrupt.pdf"]
+    assert summary["failed"][0]["error"].startswith("not a valid PDF")
