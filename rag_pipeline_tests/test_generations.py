@@ -195,7 +195,7 @@ def test_a_data_dir_keeps_its_runtime_and_chunker_until_they_are_set(tmp_path: P
         settings = Settings(data_dir=data_dir)
         return settings.chunker, settings.chunk_size, settings.chunk_overlap, settings.embedding_runtime
 
-    assert resolved() == ("tokens", 254, 0, "onnx-int8")  # a new deployment gets the measured defaults
+    assert resolved() == ("tokens", 254, 48, "onnx-int8")  # a new deployment gets the measured defaults
     monkeypatch.setenv("RAG_EMBEDDING_RUNTIME", "torch")
     monkeypatch.setenv("RAG_CHUNKER", "recursive")
     old = ingest([root], data_dir)["generation"]["target"]
@@ -211,7 +211,7 @@ def test_a_data_dir_keeps_its_runtime_and_chunker_until_they_are_set(tmp_path: P
     assert switched["switched"] and switched["target"] != old
     monkeypatch.delenv("RAG_EMBEDDING_RUNTIME")
     monkeypatch.delenv("RAG_CHUNKER")
-    assert resolved() == ("tokens", 254, 0, "onnx-int8")
+    assert resolved() == ("tokens", 254, 48, "onnx-int8")
     settings = Settings(data_dir=data_dir)
     every_point_matches_its_chunk(settings)
     retriever = open_retriever(settings)
