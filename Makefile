@@ -47,17 +47,17 @@ dev: install
 BENCH_DIR ?= .bench
 SCIFACT ?= ../shared/datasets/scifact
 
-# Every figure of bench_ingest, bench_query and the BEIR run ends up in $(BENCH_DIR)/bench.json (bench/collect.py).
+# Every figure of bench_embed, bench_ingest, bench_query and the BEIR run ends up in $(BENCH_DIR)/bench.json (bench/collect.py).
 bench: install
 	$(BIN)/python bench/bench_convert.py
-	$(BIN)/python bench/bench_embed.py
+	$(BIN)/python bench/bench_embed.py --json $(BENCH_DIR)/embed.json
 	$(BIN)/python bench/bench_ingest.py --work $(BENCH_DIR) --json $(BENCH_DIR)/ingest.json
 	$(BIN)/python bench/bench_query.py --work $(BENCH_DIR) --json $(BENCH_DIR)/query.json
 	# the BEIR run ingests the same texts into its own data dir: seed its embedding cache from the ingest bench
 	mkdir -p $(BENCH_DIR)/beir/scifact/data
 	cp -n $(BENCH_DIR)/data/embedding_cache.sqlite $(BENCH_DIR)/beir/scifact/data/ || true
 	$(BIN)/rag-pipeline beir $(SCIFACT) --split test --data-dir $(BENCH_DIR) --json > $(BENCH_DIR)/beir.json
-	$(BIN)/python bench/collect.py $(BENCH_DIR)/bench.json ingest=$(BENCH_DIR)/ingest.json \
+	$(BIN)/python bench/collect.py $(BENCH_DIR)/bench.json embed=$(BENCH_DIR)/embed.json ingest=$(BENCH_DIR)/ingest.json \
 		query=$(BENCH_DIR)/query.json beir=$(BENCH_DIR)/beir.json
 	$(BIN)/rag-pipeline guard-eval --data-dir $(BENCH_DIR)
 

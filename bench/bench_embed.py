@@ -79,7 +79,8 @@ def main() -> None:
               f"one query: p50 {result['query_ms_p50']} ms, p95 {result['query_ms_p95']} ms")
         figures[runtime] = result
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":
