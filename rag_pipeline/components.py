@@ -147,6 +147,8 @@ def query_settings(settings: Settings) -> tuple[Settings, str, int]:
         return settings, target.collection, target.dimension
     collection = settings.qdrant_alias if settings.qdrant_url else active.collection
     embedding = {"embedding_runtime": "torch", **active.embedding}  # generations from before runtimes: torch
+    if "embedding_runtime" in settings.model_fields_set and active.model_id == settings.embedding_model_id:
+        embedding["embedding_runtime"] = settings.embedding_runtime  # torch and onnx (fp32) share one generation
     return settings.model_copy(update=embedding), collection, active.dimension
 
 

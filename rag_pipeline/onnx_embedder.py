@@ -13,7 +13,7 @@ import numpy as np
 
 from rag_pipeline.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, normalise
 from rag_pipeline.model_files import max_seq_length, model_dir, model_tokenizer
-from rag_pipeline.onnx_export import ExportError, OnnxRuntimeKind, exported_model
+from rag_pipeline.onnx_export import OnnxRuntimeKind, exported_model
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession
@@ -46,7 +46,7 @@ class OnnxEmbedder(Embedder):
             raise EmbedderUnavailable(f"no sentence-transformers model directory at {directory}")
         try:
             onnx_file = exported_model(directory, cache_dir, runtime)
-        except (ExportError, OSError) as error:
+        except Exception as error:  # any failure of the export (torch, the quantiser) means the same
             raise EmbedderUnavailable(f"cannot build the {runtime} model of {directory}: {error}") from error
         base_id = str(directory.resolve()) if model_path else DEFAULT_MODEL_ID
         self.model_id = base_id if runtime == "onnx" else f"{base_id}#{runtime}"  # fp32 vectors equal torch's

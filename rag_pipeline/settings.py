@@ -32,7 +32,7 @@ GENERATIONS_FILE = "generations.json"  # the index generations of a data dir (in
 
 def parse_chunking_id(chunking_id: str) -> dict[str, object]:
     """The chunk settings a chunking id (Settings.chunking_id) encodes; {} for one this version cannot read."""
-    match = re.fullmatch(r"(tokens|recursive|sentence_window)-(\d+)-(\d+)(?:-w(\d+))?", chunking_id)
+    match = re.fullmatch(r"(tokens|recursive|sentence_window)-(\d+)-(\d+)(?:-w(\d+)|-m.+)?", chunking_id)
     if not match:
         return {}
     chunker, size, overlap, window = match.groups()
@@ -43,10 +43,10 @@ def parse_chunking_id(chunking_id: str) -> dict[str, object]:
 def active_index_settings(data_dir: Path) -> dict[str, object]:
     """The chunk settings and embedding runtime of the data dir's active index generation ({} when none): a data
     dir keeps what it was built with until the user sets otherwise. An index from before runtimes ran on torch."""
-    if not (data_dir / GENERATIONS_FILE).exists():
-        legacy = data_dir / "qdrant_edge"  # an embedded index from before generations: collections chunks__<model>__<d>
-        built = legacy.is_dir() and any(re.fullmatch(r"chunks__.+__\d+", path.name) for path in legacy.iterdir())
-        return {"chunker": "recursive", "embedding_runtime": "torch"} if built else {}
+    if not (data_dir / GENERATIONS_FILE).exists():  # an index from before generations: its chunk artifacts' folder
+        folders = sorted((path for path in (data_dir / "artifacts" / "chunks").glob("*") if path.is_dir()),
+                         key=lambda path: path.stat().st_mtime)
+        return parse_chunking_id(folders[-1].name) | {"embedding_runtime": "torch"} if folders else {}
     try:
         registry = json.loads((data_dir / GENERATIONS_FILE).read_text())
         active = registry["generations"][registry["active"]]
@@ -282,14 +282,15 @@ class Settings(BaseSettings):
     def _resolve_deployment(self) -> Settings:
         """Chunk settings and runtime: set explicitly, else the data dir's active index's, else the defaults."""
         built = active_index_settings(self.data_dir)
-        if "chunker" in self.model_fields_set and built.get("chunker") != self.chunker:
+        explicit = self.model_fields_set
+        chunker = self.chunker if "chunker" in explicit else built.get("chunker", self.chunker)
+        if chunker == "tokens" and self.embedding_backend != "sentence_transformers" and "chunker" not in explicit:
+            chunker = "recursive"  # a server's model: its tokenizer is not here
+        if built.get("chunker") != chunker:  # another chunker than the index's: none of its sizes carry over
             built = {name: value for name, value in built.items() if not name.startswith(("chunk", "sentence"))}
-        for name, value in built.items():
-            if name not in self.model_fields_set:
+        for name, value in (built | {"chunker": chunker}).items():
+            if name not in explicit:
                 self.__dict__[name] = value  # not marked as set: a copy of these settings resolves the same way
-        if self.chunker == "tokens" and self.embedding_backend != "sentence_transformers" \
-                and "chunker" not in self.model_fields_set:
-            self.__dict__["chunker"] = "recursive"  # a server's model: its tokenizer is not here
         size, overlap = CHUNK_DEFAULTS[self.chunker]
         if self.chunk_size is None:
             self.chunk_size = size
@@ -338,6 +339,8 @@ class Settings(BaseSettings):
     def chunking_id(self) -> str:
         """Fingerprint of the chunk settings: new settings mean new chunk artifacts (a rebuild), never a mix."""
         window = f"-w{self.sentence_window}" if self.chunker == "sentence_window" else ""
+        if self.chunker == "tokens" and self.embedding_model_path:  # counted with that model's tokenizer
+            window = "-m" + re.sub(r"[^A-Za-z0-9_.]+", "_", Path(self.embedding_model_path).name)
         return f"{self.chunker}-{self.chunk_size}-{self.chunk_overlap}{window}"
 
     @property

@@ -350,3 +350,21 @@ def test_token_chunk_size_is_capped_by_the_model_window(tmp_path) -> None:
     tokenizer, size = chunk_budget(Settings(data_dir=tmp_path, chunker="tokens", chunk_size=1000))
     assert tokenizer is not None and size == 256 - 2  # all-MiniLM-L6-v2 reads 256 pieces with [CLS] and [SEP]
     assert chunk_budget(Settings(data_dir=tmp_path, chunker="recursive", chunk_size=1000)) == (None, 1000)
+
+
+def test_token_chunks_of_multi_piece_characters_terminate() -> None:
+    korean = "한국어 문서는 음절마다 여러 조각입니다. " * 30  # a Hangul syllable is 2-3 word pieces sharing one start
+    for size, overlap in ((4, 0), (8, 4), (254, 48)):
+        chunks = chunk_document(SHA, korean, chunker="tokens", chunk_size=size, chunk_overlap=overlap,
+                                tokenizer=TOKENIZER)
+        assert chunks and chunks[-1].text.endswith(".")
+        if overlap == 0:
+            assert squeeze([chunk.text for chunk in chunks]) == squeeze([korean])
+
+
+def test_an_overlap_over_the_budget_is_capped() -> None:
+    prose = PROSE.replace("\n\n", " ")
+    chunks = chunk_document(SHA, prose, chunker="tokens", chunk_size=254, chunk_overlap=400, tokenizer=TOKENIZER,
+                            document_name=NAME)
+    assert all(pieces(contextual_text(NAME, chunk)) <= 254 for chunk in chunks)
+    assert all(pieces(chunk.text) > 100 for chunk in chunks[:-1])  # not collapsed to a word or two

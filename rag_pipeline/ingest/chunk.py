@@ -119,6 +119,8 @@ class TokenRuler(Ruler):
 
     def cut(self, start: int, end: int, size: int) -> int:
         index = bisect_left(self._starts, start) + max(size, 1)
+        # Pieces of one character share its start (Hangul syllables are 2-3 pieces): always move past `start`.
+        index = max(index, bisect_right(self._starts, start))
         return self._starts[index] if index < len(self._starts) and self._starts[index] < end else end
 
     def back(self, end: int, size: int) -> int:
@@ -157,7 +159,8 @@ def chunk_document(
         if chunker == "tokens":
             context = context_line(document_name, heading_path)
             text_budget = max(chunk_size - (ruler.measure(context) if context else 0), chunk_size // 2)
-            found = _recursive(markdown, start, end, max(text_budget - chunk_overlap, 1), chunk_overlap, ruler)
+            overlap = min(chunk_overlap, text_budget // 2)  # the chunk's own text keeps at least half the budget
+            found = _recursive(markdown, start, end, max(text_budget - overlap, 1), overlap, ruler)
         elif chunker == "recursive":
             found = _recursive(markdown, start, end, chunk_size, chunk_overlap, ruler)
         else:
