@@ -16,12 +16,12 @@ from rag_pipeline.defs.assets import INGEST_ASSETS
 from rag_pipeline.defs.partitions import shard_run_tags
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.defs.runner import ingest
+from rag_pipeline.index.generations import new_generation
 from rag_pipeline.index.server_store import shared_memory_client
 from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_document
 from rag_pipeline.index.vector_store import IndexPoint
 from rag_pipeline.ingest.chunk import read_chunks
-from rag_pipeline.index.generations import new_generation
 from rag_pipeline.ingest.generation import finalize_generation
 from rag_pipeline.ingest.index import chunk_mismatches, expected_chunks
 from rag_pipeline.ingest.membership import stored_manifest
