@@ -294,6 +294,8 @@ class Settings(BaseSettings):
         for name, value in (built | {"chunker": chunker}).items():
             if name not in explicit:
                 self.__dict__[name] = value  # not marked as set: a copy of these settings resolves the same way
+        if self.fusion_weights and "fusion" not in explicit:
+            self.__dict__["fusion"] = "rrf"  # leg weights are RRF's (a configuration from before DBSF was the default)
         size, overlap = CHUNK_DEFAULTS[self.chunker]
         if self.chunk_size is None:
             self.chunk_size = size
