@@ -45,4 +45,5 @@ def max_seq_length(directory: Path) -> int:
 def special_token_count(directory: Path) -> int:
     """How many special tokens the tokenizer adds to one text ([CLS] and [SEP] for BERT)."""
     tokenizer = model_tokenizer(directory)
-    return len(tokenizer.encode("", add_special_tokens=True).ids) - len(tokenizer.encode("", add_special_tokens=False).ids)
+    with_specials, without = (tokenizer.encode("", add_special_tokens=flag).ids for flag in (True, False))
+    return len(with_specials) - len(without)

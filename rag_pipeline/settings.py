@@ -298,9 +298,9 @@ class Settings(BaseSettings):
             self.__dict__["fusion"] = "rrf"  # leg weights are RRF's (a configuration from before DBSF was the default)
         size, overlap = CHUNK_DEFAULTS[self.chunker]
         if self.chunk_size is None:
-            self.chunk_size = size
+            self.__dict__["chunk_size"] = size
         if self.chunk_overlap is None:
-            self.chunk_overlap = min(overlap, self.chunk_size // 2)
+            self.__dict__["chunk_overlap"] = min(overlap, self.chunk_size // 2)
         if not 0 <= self.chunk_overlap < self.chunk_size:
             raise ValueError(f"chunk_overlap must be in [0, chunk_size={self.chunk_size}), got {self.chunk_overlap}")
         return self
@@ -324,11 +324,9 @@ class Settings(BaseSettings):
             return f"ollama/{self.ollama_embed_model}"
         if self.embedding_backend == "openai":
             return f"openai/{self.openai_embed_model}"
-        if self.embedding_model_path:
-            return f"local/{Path(self.embedding_model_path).name}" + (
-                "#onnx-int8" if self.embedding_runtime == "onnx-int8" else "")
-        return "sentence-transformers/all-MiniLM-L6-v2" + (
-            "#onnx-int8" if self.embedding_runtime == "onnx-int8" else "")
+        model = f"local/{Path(self.embedding_model_path).name}" if self.embedding_model_path \
+            else "sentence-transformers/all-MiniLM-L6-v2"
+        return model + ("#onnx-int8" if self.embedding_runtime == "onnx-int8" else "")  # fp32 onnx = torch vectors
 
     @property
     def llm_url(self) -> str | None:

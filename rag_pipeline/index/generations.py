@@ -23,8 +23,6 @@ from typing import Any
 from rag_pipeline.index.vector_store import collection_name
 from rag_pipeline.settings import GENERATIONS_FILE
 
-REGISTRY_FILE = GENERATIONS_FILE
-
 
 @dataclass(frozen=True)
 class Generation:
@@ -61,7 +59,7 @@ class GenerationRegistry:
     """The generations of one data dir and the active one."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / REGISTRY_FILE
+        self.path = data_dir / GENERATIONS_FILE
         self._cache: tuple[tuple[int, int], dict[str, Any]] | None = None
 
     def exists(self) -> bool:
