@@ -42,8 +42,8 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
+from rag_pipeline.defs.ingest_runner import QUIET_LOGS, dagster_instance, ingest  # noqa: E402
 from rag_pipeline.defs.partitions import shard_run_tags  # noqa: E402
-from rag_pipeline.defs.runner import QUIET_LOGS, dagster_instance, ingest  # noqa: E402
 from rag_pipeline_tests.pg_server import FAST_SETTINGS, running_postgres  # noqa: E402
 
 CORPUS = REPO / "golden" / "corpus"

@@ -20,8 +20,8 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from rag_pipeline.embedder_factory import build_embedder  # noqa: E402
-from rag_pipeline.model_files import model_dir, model_tokenizer  # noqa: E402
+from rag_pipeline.components import build_embedder  # noqa: E402
+from rag_pipeline.embed.model_files import model_dir, model_tokenizer  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact" / "corpus.jsonl"
 QUERIES = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact" / "queries.jsonl"

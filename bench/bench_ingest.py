@@ -22,7 +22,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from rag_pipeline.defs.runner import ingest  # noqa: E402
+from rag_pipeline.defs.ingest_runner import ingest  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact" / "corpus.jsonl"
 

@@ -18,11 +18,11 @@ import time
 from datetime import date, datetime, timedelta
 from pathlib import Path
 
-from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.ingest.fields import FieldValue
-from rag_pipeline.settings import Settings
+from rag_pipeline.components import load_settings
+from rag_pipeline.fields.registry import field_rows
+from rag_pipeline.fields.values import FieldValue
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.query import QueryRunner
-from rag_pipeline.structured.registry import field_rows
 
 PUBLISHERS = ["Brightfield", "Northwind", "Lantern House", "Copperleaf", "Harbor", "Juniper", "Moss", "Quill"]
 GENRES = ["puzzle", "racing", "fishing", "strategy", "platformer", "simulation", "adventure", "roguelike"]
@@ -88,7 +88,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        settings = Settings(data_dir=Path(folder))
+        settings = load_settings(data_dir=Path(folder))
         sidecar = Sidecar(settings.sidecar_path)
         begin = time.perf_counter()
         build(sidecar, args.documents)

@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import httpx  # noqa: E402
 
-from rag_pipeline.components import open_retriever  # noqa: E402
+from rag_pipeline.components import load_settings, open_retriever  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
 
 DATASET = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "scifact"
@@ -207,7 +207,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
     args = parser.parse_args()
     data_dir = ensure_index(args.work or Path(tempfile.mkdtemp(prefix="bench_query_")))
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     queries = test_queries()
     print(f"SciFact test queries: {len(queries)}")
     report: dict[str, Any] = {"queries": len(queries), "modes": {}, "http": []}

@@ -7,30 +7,93 @@ collections and retrieval defaults.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
 
-from rag_pipeline.embedder import Embedder, EmbedderUnavailable, declared_dimension
-from rag_pipeline.embedder_factory import shared_embedder
+from pydantic import ValidationError
+
+from rag_pipeline.embed.batcher import QueryBatcher
+from rag_pipeline.embed.embedder import Embedder, EmbedderUnavailable
+from rag_pipeline.embed.model_files import declared_dimension
+from rag_pipeline.embed.onnx_embedder import OnnxEmbedder
+from rag_pipeline.embed.torch_embedder import SentenceTransformerEmbedder
 from rag_pipeline.errors import ConfigError
+from rag_pipeline.fields.registry import declared_fields
 from rag_pipeline.generate.answerer import Answerer, GuardrailSettings
 from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, LLMGenerator
-from rag_pipeline.index.factory import alias_target, collection_exists, open_vector_store, point_alias
-from rag_pipeline.index.generations import Generation, GenerationRegistry, new_generation
-from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.index.sparse import SPARSE_ID
-from rag_pipeline.index.vector_store import HnswSettings, VectorStore, collection_name
+from rag_pipeline.index.generations import GenerationRegistry
+from rag_pipeline.index.lifecycle import IndexGenerations, QueryTarget
 from rag_pipeline.llm import NO_LLM, build_llm
-from rag_pipeline.query_batcher import QueryBatcher
+from rag_pipeline.llm.ollama import OllamaEmbedder
+from rag_pipeline.llm.openai import OpenAIEmbedder
 from rag_pipeline.retrieve.hyde import Hyde
 from rag_pipeline.retrieve.rerank import Reranker
 from rag_pipeline.retrieve.retriever import RetrievalSettings, Retriever
 from rag_pipeline.retrieve.semantic_cache import SemanticCache, cache_collection
 from rag_pipeline.settings import Settings
-from rag_pipeline.structured.registry import declared_fields
+from rag_pipeline.sidecar import Sidecar
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings of an entry point (the CLI's main, the API app, a Dagster resource): RAG_* variables and
+    `overrides`, then, for what neither sets, what the data dir's active index was built with. Build them once
+    there and pass them down. An invalid setting is a ConfigError naming it."""
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as error:
+        problems = "; ".join(f"RAG_{'_'.join(map(str, problem['loc'])).upper() or 'SETTINGS'}: {problem['msg']}"
+                             for problem in error.errors())
+        raise ConfigError(f"invalid settings: {problems}") from None
+    return settings.deployed_on(GenerationRegistry(settings.data_dir).built_settings())
+
 
 HYDE_TEMPERATURE = 0.7  # hypothetical documents should differ from each other (the HyDE paper's setting)
 HYDE_MAX_TOKENS = 256  # a passage, not an essay
+
+
+Backend = Literal["sentence_transformers", "ollama", "openai"]
+Runtime = Literal["onnx-int8", "onnx", "torch"]
+
+
+def build_embedder(
+    *,
+    backend: Backend = "sentence_transformers",
+    model_path: str | None = None,
+    runtime: Runtime = "torch",
+    onnx_cache_dir: str | None = None,
+    ollama_url: str | None = None,
+    ollama_model: str = "nomic-embed-text",
+    openai_url: str | None = None,
+    openai_model: str = "text-embedding-3-small",
+    api_key: str | None = None,
+    batch_size: int = 64,
+    timeout: float = 60.0,
+    retries: int = 2,
+) -> Embedder:
+    """The configured embedder; raises EmbedderUnavailable if it cannot be loaded or reached."""
+    if backend == "ollama":
+        if not ollama_url:
+            raise EmbedderUnavailable("the ollama embedding backend needs an Ollama URL (RAG_OLLAMA_URL)")
+        return OllamaEmbedder(ollama_url, model=ollama_model, batch_size=batch_size, timeout=timeout,
+                              retries=retries)
+    if backend == "openai":
+        if not openai_url:
+            raise EmbedderUnavailable("the openai embedding backend needs a server URL: set RAG_EMBEDDING_BASE_URL "
+                                      "(or RAG_LLM_BASE_URL), e.g. http://host:8000/v1")
+        return OpenAIEmbedder(openai_url, model=openai_model, api_key=api_key, batch_size=batch_size,
+                              timeout=timeout, retries=retries)
+    if runtime != "torch":
+        if not onnx_cache_dir:
+            raise EmbedderUnavailable(f"the {runtime} runtime needs a directory for the exported model")
+        return OnnxEmbedder(model_path, Path(onnx_cache_dir), runtime, batch_size=batch_size)
+    return SentenceTransformerEmbedder(model_path, batch_size=batch_size)
+
+
+@functools.cache
+def shared_embedder(**options: Any) -> Embedder:
+    """One embedder per configuration (build_embedder's keyword arguments) and process: loading a model takes
+    seconds."""
+    return build_embedder(**options)
 
 
 def embedder(settings: Settings) -> Embedder:
@@ -53,103 +116,16 @@ def embedding_dimension(settings: Settings) -> int:
     return declared or embedder(settings).dimension
 
 
-def open_store(settings: Settings, collection: str | None = None, dimension: int | None = None) -> VectorStore:
-    """The chunk collection of the configured model (or `collection`), embedded unless RAG_QDRANT_URL is set."""
-    return open_vector_store(
-        data_dir=settings.data_dir, model_id=settings.embedding_model_id,
-        dimension=dimension or embedding_dimension(settings), qdrant_url=settings.qdrant_url,
-        qdrant_api_key=settings.qdrant_api_key, collection=collection,
-        hnsw=HnswSettings(m=settings.hnsw_m, ef_construct=settings.hnsw_ef_construct, ef=settings.hnsw_ef),
-    )
+def generations(settings: Settings) -> IndexGenerations:
+    """The index generations of the deployment: the one ingest builds, the one queries use, the switch."""
+    return IndexGenerations(settings, dimension=lambda: embedding_dimension(settings),
+                            legacy_chunking=lambda: Sidecar(settings.sidecar_path).most_common_chunk_set())
 
 
-def embedding_settings(settings: Settings) -> dict[str, str | None]:
-    """The settings a query embedder of this model needs (recorded with each index generation)."""
-    return {"embedding_backend": settings.embedding_backend, "embedding_model_path": settings.embedding_model_path,
-            "embedding_runtime": settings.embedding_runtime,
-            "ollama_embed_model": settings.ollama_embed_model, "openai_embed_model": settings.openai_embed_model}
-
-
-def generations(settings: Settings) -> GenerationRegistry:
-    return GenerationRegistry(settings.data_dir)
-
-
-def target_generation(settings: Settings) -> Generation:
-    """The generation the settings describe, registered (an index made before generations existed is adopted as
-    the active generation first, so an unchanged configuration keeps using it)."""
-    dimension = embedding_dimension(settings)
-    registry = generations(settings)
-    if not registry.exists():
-        adopt_legacy_collection(settings, registry, dimension)
-    return registry.register(new_generation(settings.embedding_model_id, dimension, settings.chunking_id, SPARSE_ID,
-                                            embedding_settings(settings)))
-
-
-def adopt_legacy_collection(settings: Settings, registry: GenerationRegistry, dimension: int) -> None:
-    """Register the collection of a data dir from before generations (named after the model only) as the active
-    generation, with the chunk settings its sidecar records."""
-    legacy = collection_name(settings.embedding_model_id, dimension)
-    if not collection_exists(settings.data_dir, legacy, settings.qdrant_url, settings.qdrant_api_key):
-        return
-    rows = Sidecar(settings.sidecar_path).query(
-        "SELECT chunk_set FROM documents WHERE chunk_set IS NOT NULL GROUP BY chunk_set ORDER BY count(*) DESC LIMIT 1")
-    chunking = rows[0]["chunk_set"] if rows else settings.chunking_id
-    generation = new_generation(settings.embedding_model_id, dimension, chunking, SPARSE_ID,
-                                embedding_settings(settings), collection=legacy)
-    activate_generation(settings, registry.register(generation))
-
-
-def activate_generation(settings: Settings, generation: Generation) -> str | None:
-    """Point queries at `generation` (the registry pointer; on a server also the alias, moved atomically);
-    returns the previously active generation's id."""
-    if settings.qdrant_url:
-        point_alias(settings.qdrant_url, settings.qdrant_api_key, settings.qdrant_alias, generation.collection)
-    return generations(settings).activate(generation)
-
-
-def open_generation(settings: Settings, generation: Generation) -> VectorStore:
-    """The collection of a generation (to build or purge it)."""
-    return open_store(settings, generation.collection, generation.dimension)
-
-
-@contextmanager
-def vector_store(settings: Settings) -> Iterator[VectorStore]:
-    """The collection of the generation the settings describe (the one ingest builds), closed on exit (the
-    embedded engine allows one process at a time)."""
-    store = open_generation(settings, target_generation(settings))
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-@contextmanager
-def query_store(settings: Settings) -> Iterator[VectorStore]:
-    """The collection queries use (the active generation's; the target's before any is active), closed on exit."""
-    store = open_store(*query_settings(settings))
-    try:
-        yield store
-    finally:
-        store.close()
-
-
-def query_settings(settings: Settings) -> tuple[Settings, str, int]:
-    """(settings with the embedding model of the generation queries use, the collection they open, its dimension):
-    the active generation (on a server the one the alias names, opened through the alias), else, before any is
-    active, the one the settings describe."""
-    registry = generations(settings)
-    active = registry.active()
-    if settings.qdrant_url:  # the alias is what queries follow: the generation is the one whose collection it names
-        aliased = alias_target(settings.qdrant_url, settings.qdrant_api_key, settings.qdrant_alias)
-        active = next((g for g in registry.all().values() if g.collection == aliased), None) if aliased else None
-    if active is None:
-        target = target_generation(settings)
-        return settings, target.collection, target.dimension
-    collection = settings.qdrant_alias if settings.qdrant_url else active.collection
-    embedding = {"embedding_runtime": "torch", **active.embedding}  # generations from before runtimes: torch
-    if "embedding_runtime" in settings.model_fields_set and active.model_id == settings.embedding_model_id:
-        embedding["embedding_runtime"] = settings.embedding_runtime  # torch and onnx (fp32) share one generation
-    return settings.model_copy(update=embedding), collection, active.dimension
+def query_settings(settings: Settings) -> tuple[Settings, QueryTarget]:
+    """(the settings with the embedding model of the generation queries use, what queries open)."""
+    target = generations(settings).queried()
+    return settings.model_copy(update=target.embedding), target
 
 
 @functools.cache
@@ -178,7 +154,8 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None, ba
     An embedder that cannot be loaded leaves retrieval BM25-only (each result says so); a configured reranker
     or HyDE that cannot be set up is a configuration error and raises.
     """
-    settings, collection, dimension = query_settings(settings)
+    settings, target = query_settings(settings)
+    index = generations(settings)
     try:
         query_embedder: Embedder | None = embedder(settings)
     except EmbedderUnavailable:
@@ -194,11 +171,11 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None, ba
         if query_embedder is None:
             raise EmbedderUnavailable("HyDE needs the embedding model, which cannot be loaded")
         hyde = Hyde(llm, query_embedder, settings.hyde, settings.hyde_documents, settings.hyde_adaptive_threshold)
-    store = open_store(settings, collection, dimension)
+    store = index.open(collection=target.collection, dimension=target.dimension)
     cache = None
     if settings.semantic_cache if semantic_cache is None else semantic_cache:
         try:
-            cache_store = open_store(settings, cache_collection(store.collection), dimension)
+            cache_store = index.open(collection=cache_collection(store.collection), dimension=target.dimension)
         except BaseException:
             store.close()
             raise

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -27,7 +27,8 @@ DEFAULT_ROLE_EMAIL_PREFIXES: tuple[str, ...] = (
 # (256 with [CLS] and [SEP]); tuned on SciFact's train split (bench/bench_chunking.py, hybrid nDCG@10: 254/0 0.714,
 # 254/48 0.720, 254/96 0.718, 192/32 0.716, 128/0 0.715 with twice the chunks). The others count characters.
 CHUNK_DEFAULTS: dict[str, tuple[int, int]] = {"tokens": (254, 48), "recursive": (512, 64), "sentence_window": (512, 64)}
-GENERATIONS_FILE = "generations.json"  # the index generations of a data dir (index/generations.py)
+# The settings a data dir's active index decides when they are not set explicitly (Settings.deployed_on).
+RESOLVED = ("chunker", "chunk_size", "chunk_overlap", "sentence_window", "embedding_runtime")
 
 
 def parse_chunking_id(chunking_id: str) -> dict[str, object]:
@@ -38,23 +39,6 @@ def parse_chunking_id(chunking_id: str) -> dict[str, object]:
     chunker, size, overlap, window = match.groups()
     found: dict[str, object] = {"chunker": chunker, "chunk_size": int(size), "chunk_overlap": int(overlap)}
     return found | ({"sentence_window": int(window)} if window else {})
-
-
-def active_index_settings(data_dir: Path) -> dict[str, object]:
-    """The chunk settings and embedding runtime of the data dir's active index generation ({} when none): a data
-    dir keeps what it was built with until the user sets otherwise. An index from before runtimes ran on torch."""
-    if not (data_dir / GENERATIONS_FILE).exists():  # an index from before generations: its chunk artifacts' folder
-        folders = sorted((path for path in (data_dir / "artifacts" / "chunks").glob("*") if path.is_dir()),
-                         key=lambda path: path.stat().st_mtime)
-        return parse_chunking_id(folders[-1].name) | {"embedding_runtime": "torch"} if folders else {}
-    try:
-        registry = json.loads((data_dir / GENERATIONS_FILE).read_text())
-        active = registry["generations"][registry["active"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    embedding = active.get("embedding") or {}
-    return parse_chunking_id(active.get("chunking_id", "")) | {
-        "embedding_runtime": embedding.get("embedding_runtime", "torch")}
 
 
 class Settings(BaseSettings):
@@ -72,7 +56,7 @@ class Settings(BaseSettings):
     )
     extensions: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(ACCEPTED_EXTENSIONS))
     max_file_bytes: int = 50 * 1024 * 1024
-    # Corpus rules (include/exclude globs, types, size bounds, per-folder tags) in a YAML file; see ingest/rules.py.
+    # Corpus rules (include/exclude globs, types, size bounds, per-folder tags) in a YAML file; see ingest/corpus_rules.py.
     # They apply to the source `default` (RAG_ROOTS, or roots given to `ingest` without --source).
     corpus_rules: Path | None = None
     # Named sources (a YAML file; see ingest/sources.py): each a set of roots with its own rules, or an upload area.
@@ -231,10 +215,10 @@ class Settings(BaseSettings):
 
     # HTTP API.
     api_max_body_bytes: int = 64 * 1024
-    # Concurrent /search and /ask requests embed their queries in one embedder call (query_batcher.py): when
+    # Concurrent /search and /ask requests embed their queries in one embedder call (embed/batcher.py): when
     # requests arrive together the first waits up to this many milliseconds for more (a lone one does not); 0: off.
     # It saves requests to an Ollama or OpenAI server; the local ONNX model embeds a batch one query after another
-    # (onnx_embedder.py), so there it is neutral (8 and 32 clients on 2 busy cores: the same p95 within noise).
+    # (embed/onnx_embedder.py), so there it is neutral (8 and 32 clients on 2 busy cores: the same p95 within noise).
     query_batch_window_ms: float = Field(2.0, ge=0, le=100)
     # At most this many searches (/search) run at once, on worker threads of their own (other routes share anyio's
     # 40, so requests waiting on an LLM do not hold them up); more wait in the event loop. A search is CPU-bound and
@@ -282,18 +266,31 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _resolve_deployment(self) -> Settings:
-        """Chunk settings and runtime: set explicitly, else the data dir's active index's, else the defaults."""
-        built = active_index_settings(self.data_dir)
+    def _resolve_chunking(self) -> Settings:
+        """Chunk settings: set explicitly, else the chunker's defaults (no data dir is read here: see
+        `deployed_on`)."""
+        return self._resolved({})
+
+    def deployed_on(self, built: Mapping[str, object]) -> Settings:
+        """These settings for a data dir whose active index was built with `built` (its chunk settings and
+        embedding runtime, index/generations.py): every one of them not set explicitly takes the built value, so
+        a data dir keeps what it was built with until the user sets otherwise."""
+        return self.model_copy()._resolved(built)
+
+    def _resolved(self, built: Mapping[str, object]) -> Settings:
+        """Fill the chunk settings and runtime that were not set explicitly: from `built`, else the defaults. The
+        values are not marked as set, so resolving again (or a copy) gives the same result."""
         explicit = self.model_fields_set
-        chunker = self.chunker if "chunker" in explicit else built.get("chunker", self.chunker)
+        defaults = {name: type(self).model_fields[name].default for name in RESOLVED}
+        chunker = self.chunker if "chunker" in explicit else built.get("chunker", defaults["chunker"])
         if chunker == "tokens" and self.embedding_backend != "sentence_transformers" and "chunker" not in explicit:
             chunker = "recursive"  # a server's model: its tokenizer is not here
         if built.get("chunker") != chunker:  # another chunker than the index's: none of its sizes carry over
             built = {name: value for name, value in built.items() if not name.startswith(("chunk", "sentence"))}
-        for name, value in (built | {"chunker": chunker}).items():
+        for name in RESOLVED:
             if name not in explicit:
-                self.__dict__[name] = value  # not marked as set: a copy of these settings resolves the same way
+                self.__dict__[name] = built.get(name, defaults[name])
+        self.__dict__["chunker"] = chunker
         if self.fusion_weights and "fusion" not in explicit:
             self.__dict__["fusion"] = "rrf"  # leg weights are RRF's (a configuration from before DBSF was the default)
         size, overlap = CHUNK_DEFAULTS[self.chunker]

@@ -18,6 +18,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # so reuse across runs is safe); test_embed exports into its own directory to test the export itself.
 os.environ.setdefault("RAG_ONNX_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".onnx_test_cache"))
 
+from rag_pipeline.components import load_settings
 from rag_pipeline.index.vector_store import IndexPoint, VectorStore  # noqa: E402
 from rag_pipeline.settings import Settings  # noqa: E402
 from rag_pipeline_tests.fake_ollama import FakeOllama  # noqa: E402
@@ -48,7 +49,7 @@ def data_dir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def sample_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(corpus, data dir): the sample corpus ingested once per session. Read-only: copy it to change it."""
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
     base = tmp_path_factory.mktemp("sample_index")
     corpus = base / "corpus"
@@ -61,11 +62,11 @@ def sample_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """The catalog corpus (golden/catalog, a copy) ingested once per session through its sources file: fields from
     every property source, a roster, declared fields. Read-only for the tests."""
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
     base = tmp_path_factory.mktemp("catalog")
     shutil.copytree(REPO / "golden" / "catalog", base / "catalog")
-    settings = Settings(data_dir=base / "data", sources_file=base / "catalog" / "sources.yaml")
+    settings = load_settings(data_dir=base / "data", sources_file=base / "catalog" / "sources.yaml")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAG_SOURCES_FILE", str(settings.sources_file))
         summary = ingest(data_dir=settings.data_dir)

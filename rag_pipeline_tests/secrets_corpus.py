@@ -341,20 +341,19 @@ def ingest_and_measure(root: Path, data_dir: Path) -> Measurement:
     redaction: the redacted Markdown, the chunk artifacts, the sidecar tables, the Qdrant payloads, and the
     results of searching for each secret's own line. Needs the unredacted Markdown kept (the default)."""
     from rag_pipeline import components
-    from rag_pipeline.defs.runner import ingest
-    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.defs.ingest_runner import ingest
     from rag_pipeline.ingest.stage import stores
-    from rag_pipeline.settings import Settings
+    from rag_pipeline.sidecar import Sidecar
 
     corpus = build(root)
     ingest([root], data_dir)
-    settings = Settings(data_dir=data_dir)
+    settings = components.load_settings(data_dir=data_dir)
     artifacts = stores(settings)
     markdown, redacted = _texts(artifacts["markdown"].dir, "*.md"), _texts(artifacts["redacted"].dir, "*.md")
     sidecar = Sidecar(settings.sidecar_path)
     tables = [row["name"] for row in sidecar.query("SELECT table_name AS name FROM information_schema.tables")]
     chunk_ids = [row["chunk_id"] for row in sidecar.query("SELECT chunk_id FROM chunks")]
-    with components.vector_store(settings) as store:
+    with components.generations(settings).building() as store:
         payloads = [hit.payload for hit in store.get(chunk_ids)]
     retriever = components.open_retriever(settings)
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag_pipeline.embedder import Embedder, EmbedderUnavailable
+from rag_pipeline.embed.embedder import Embedder, EmbedderUnavailable
 from rag_pipeline.index.factory import open_vector_store
 from rag_pipeline.index.sparse import encode_document
 from rag_pipeline.index.vector_store import IndexPoint, VectorStore

@@ -22,14 +22,14 @@ import pytest
 import uvicorn
 from fastapi.testclient import TestClient
 
-from rag_pipeline.components import open_retriever
+from rag_pipeline.components import load_settings, open_retriever
 from rag_pipeline.errors import ConfigError, InputError, StoreLocked, StoreUnavailable
 from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.serve.api import IngestJob, create_app, job_json
 from rag_pipeline.serve.cli import exit_code
-from rag_pipeline.serve.guard import JsonNesting
 from rag_pipeline.serve.models import MAX_API_TOP_K, HealthResponse, IngestJobResponse, SearchResponse
+from rag_pipeline.serve.screening import JsonNesting
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.fake_ollama import FakeOllama
 
@@ -69,7 +69,7 @@ def running_api(settings: Settings, retriever: Retriever | None = None, host: st
 @pytest.fixture(scope="module")
 def api(sample_index: tuple[Path, Path]) -> Iterator[str]:
     _, data_dir = sample_index
-    with running_api(Settings(data_dir=data_dir)) as url:
+    with running_api(load_settings(data_dir=data_dir)) as url:
         yield url
 
 
@@ -126,7 +126,7 @@ def test_concurrent_searches_match_sequential_ones(sample_index: tuple[Path, Pat
         assert response.status_code == 200, response.text
         return [(result["chunk_id"], result["score"]) for result in response.json()["results"]]
 
-    with running_api(Settings(data_dir=data_dir, query_batch_window_ms=20)) as url:
+    with running_api(load_settings(data_dir=data_dir, query_batch_window_ms=20)) as url:
         sequential = [search(url, query) for query in CONCURRENT_QUERIES]
         assert all(sequential)
         with ThreadPoolExecutor(len(CONCURRENT_QUERIES)) as pool:
@@ -234,7 +234,7 @@ def test_ingest_then_cache_invalidation(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "pumps.md").write_text("# Pumps\n\nInspect the pump seals every month for leaks.\n")
-    settings = Settings(data_dir=tmp_path / "data", semantic_cache=True, roots=[corpus])
+    settings = load_settings(data_dir=tmp_path / "data", semantic_cache=True, roots=[corpus])
     with running_api(settings) as url:
         job = ingest_and_wait(url)
         assert job["summary"]["added"] == 1 and job["summary"]["failed"] == []
@@ -318,7 +318,7 @@ def serve_process(data_dir: Path, log: Path, **env: str) -> Iterator[tuple[str, 
 def test_ask_streams_an_llm_answer(sample_index: tuple[Path, Path], fake_ollama: FakeOllama) -> None:
     """With RAG_OLLAMA_URL the answer streams from the LLM's /api/chat, token by token, guarded and cited."""
     fake_ollama.reply = lambda messages: "Ducks eat grasses, aquatic plants and insects [1]. See https://evil.example/x now."
-    with running_api(Settings(data_dir=sample_index[1], ollama_url=fake_ollama.url)) as url:
+    with running_api(load_settings(data_dir=sample_index[1], ollama_url=fake_ollama.url)) as url:
         health = httpx.get(f"{url}/healthz").json()
         assert health["llm"]["configured"] and health["llm"]["reachable"] and health["llm"]["model_available"]
         with httpx.stream("POST", f"{url}/ask", json={"question": "What do ducks eat?", "top_k": 3}) as response:
@@ -399,7 +399,7 @@ class FailingRetriever:
     (ConfigError("RAG_X is invalid"), 500, "configuration_error"),
 ])
 def test_errors_map_to_statuses(error: Exception, status: int, code: str, tmp_path: Path) -> None:
-    app = create_app(Settings(data_dir=tmp_path), FailingRetriever(error))
+    app = create_app(load_settings(data_dir=tmp_path), FailingRetriever(error))
     with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as client:
         response = client.post("/search", json={"query": "pumps"})
         assert response.status_code == status and response.json()["error"]["code"] == code
@@ -413,7 +413,7 @@ def test_errors_map_to_statuses(error: Exception, status: int, code: str, tmp_pa
 def test_ingest_takes_no_paths_and_needs_configured_roots(tmp_path: Path) -> None:
     """POST /ingest syncs the server's RAG_ROOTS: a body naming paths is refused, any other field or body shape is
     bad input, and a server without (existing) roots answers 409 before starting anything."""
-    with TestClient(create_app(Settings(data_dir=tmp_path), FailingRetriever(ValueError())), base_url=LOCAL) as client:
+    with TestClient(create_app(load_settings(data_dir=tmp_path), FailingRetriever(ValueError())), base_url=LOCAL) as client:
         for body in ({"roots": [str(tmp_path)]}, {"roots": [str(tmp_path)], "extra": 1}, {"roots": None}):
             response = client.post("/ingest", json=body)
             assert response.status_code == 400 and response.json()["error"]["code"] == "paths_not_accepted"
@@ -427,7 +427,7 @@ def test_ingest_takes_no_paths_and_needs_configured_roots(tmp_path: Path) -> Non
             response = client.post("/ingest", json=body)
             assert response.status_code == 409 and response.json()["error"]["code"] == "no_roots_configured"
             assert "RAG_ROOTS" in response.json()["error"]["message"]
-    missing = Settings(data_dir=tmp_path, roots=[tmp_path / "gone"])
+    missing = load_settings(data_dir=tmp_path, roots=[tmp_path / "gone"])
     with TestClient(create_app(missing, FailingRetriever(ValueError())), base_url=LOCAL) as client:
         response = client.post("/ingest")
         assert response.status_code == 409 and response.json()["error"]["code"] == "roots_missing"
@@ -435,7 +435,7 @@ def test_ingest_takes_no_paths_and_needs_configured_roots(tmp_path: Path) -> Non
     IngestJobResponse.model_validate(job_json(IngestJob("x", ["/a"])))  # the documented shape is the served one
 
 
-# --- request screening: Host, Origin, media type, JSON nesting (serve/guard.py) ----------------------------------
+# --- request screening: Host, Origin, media type, JSON nesting (serve/screening.py) ----------------------------------
 
 def test_post_bodies_must_be_json(api: str) -> None:
     query = json.dumps({"query": "duck feathers"}).encode()
@@ -477,7 +477,7 @@ def test_cross_origin_requests_are_refused(api: str) -> None:
 def test_configured_hosts_and_cors_origins(sample_index: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAG_API_ALLOWED_HOSTS", "rag.internal, 10.0.0.7")
     monkeypatch.setenv("RAG_API_CORS_ORIGINS", "https://app.example,http://localhost:5173")
-    settings = Settings(data_dir=sample_index[1])
+    settings = load_settings(data_dir=sample_index[1])
     assert settings.api_allowed_hosts == ["rag.internal", "10.0.0.7"]
     with running_api(settings) as url:
         for host in ("rag.internal:8443", "10.0.0.7", "localhost"):
@@ -563,7 +563,7 @@ def test_server_store_that_goes_down_recovers(tmp_path: Path) -> None:
     back) the same server serves again, without a restart."""
     from qdrant_client import QdrantClient
 
-    settings = Settings(data_dir=tmp_path, qdrant_url=":memory:")
+    settings = load_settings(data_dir=tmp_path, qdrant_url=":memory:")
     retriever = open_retriever(settings)
     store = retriever.store
     live, port = store.client, free_port()  # type: ignore[attr-defined]

@@ -16,14 +16,15 @@ import yaml
 from rag_pipeline import components
 from rag_pipeline.chat.memory import LOCAL_OWNER, ChatMemory
 from rag_pipeline.chat.planner import FieldCatalog, plan
-from rag_pipeline.chat.service import ChatService
+from rag_pipeline.chat.turn import ChatService
+from rag_pipeline.components import load_settings
 from rag_pipeline.errors import NotFound
 from rag_pipeline.evaluate.aggregation import answer_of, is_correct
 from rag_pipeline.evaluate.golden import load_golden
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.llm import build_llm
 from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.query import QueryRunner, load_registry, named_values
 from rag_pipeline_tests.fake_ollama import FakeOllama
 from rag_pipeline_tests.fake_openai import FakeOpenAI
@@ -179,7 +180,7 @@ def scripted(*replies: str) -> Callable[[list[dict]], str]:
 def llm_settings(catalog: Settings, monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return Settings(data_dir=catalog.data_dir, sources_file=catalog.sources_file)
+    return load_settings(data_dir=catalog.data_dir, sources_file=catalog.sources_file)
 
 
 COUNT_PDFS = json.dumps({"tool": "query_metadata", "args": {"op": "count", "where": {"type": "pdf"}}})
@@ -236,7 +237,7 @@ def test_malformed_looping_and_slow_models(service: Callable[..., ChatService], 
 
 
 def test_evaluation_of_chat_next_to_ask(service: Callable[..., ChatService], catalog: Settings) -> None:
-    from rag_pipeline.evaluate.chat import evaluate_chat
+    from rag_pipeline.evaluate.chat_eval import evaluate_chat
 
     chat = service()
     report = evaluate_chat(load_golden(GOLDEN).questions, chat, chat.answerer, QueryRunner(
@@ -267,7 +268,7 @@ def test_llm_follow_ups_are_rewritten_standalone(service: Callable[..., ChatServ
 
 
 def test_injected_field_values_are_flagged_in_observations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -276,7 +277,7 @@ def test_injected_field_values_are_flagged_in_observations(tmp_path: Path, monke
     (docs / "good.md").write_text("---\ntitle: Good\ngenre: puzzle\n---\n# Good\n\nA calm puzzle about gardens.\n")
     monkeypatch.setenv("RAG_SOURCES_FILE", str(tmp_path / "sources.yaml"))
     (tmp_path / "sources.yaml").write_text(f"sources:\n  s: {{roots: [{docs}]}}\n")
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = load_settings(data_dir=tmp_path / "data")
     ingest(data_dir=settings.data_dir)
     retriever = components.open_retriever(settings)
     try:

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from rag_pipeline.embed.model_files import model_dir, model_tokenizer
 from rag_pipeline.ingest.chunk import (
     CHUNK_NAMESPACE,
     Chunk,
@@ -17,7 +18,6 @@ from rag_pipeline.ingest.chunk import (
     context_line,
     contextual_text,
 )
-from rag_pipeline.model_files import model_dir, model_tokenizer
 from rag_pipeline.settings import Settings
 
 SHA = "a" * 64

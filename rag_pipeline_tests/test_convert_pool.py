@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.defs.runner import ingest
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.ingest.convert import (
     POOL_MIN_DOCUMENTS,
     DocumentConverter,

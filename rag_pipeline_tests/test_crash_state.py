@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline import components
-from rag_pipeline.defs.runner import ingest
-from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.components import load_settings
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.ingest.stage import stores
-from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 from .test_index_sync import assert_index_agrees, scifact_files, sha_of
 
@@ -55,7 +55,7 @@ def files(store_dir: Path, pattern: str) -> int:
 def assert_honest_state(data_dir: Path) -> dict[str, dict]:
     """The invariants that hold at any moment: `ok` means catalogued with every point in the index; every point
     in the index belongs to a document the sidecar knows. Returns the sidecar's documents."""
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_path)
     rows = sidecar.documents()
     catalogued = {row["sha"] for row in sidecar.query("SELECT DISTINCT sha FROM chunks")}
@@ -64,7 +64,7 @@ def assert_honest_state(data_dir: Path) -> dict[str, dict]:
             assert row["ingested_at"] is not None and (sha in catalogued or row["chunks"] == 0), row["paths"]
     if components.generations(settings).active() is None:
         return rows
-    with components.query_store(settings) as store:
+    with components.generations(settings).query_store() as store:
         for shard in settings.shard_keys:
             state = store.shard_state(shard)
             assert set(state) <= set(rows), "points of a document the sidecar no longer holds are searchable"
@@ -105,7 +105,7 @@ def texts(points: dict[str, dict]) -> dict[str, tuple[str, str, str]]:
 def test_killed_first_ingest(moment: str, tmp_path: Path, clean: tuple[Path, dict, dict]) -> None:
     root = scifact_files(tmp_path / "scifact", DOCUMENTS)
     data_dir = tmp_path / "data"
-    all_stores = stores(Settings(data_dir=data_dir))
+    all_stores = stores(load_settings(data_dir=data_dir))
     moments = {
         "conversion": lambda: files(all_stores["markdown"].dir, "*.md") >= 5,
         "embedding": lambda: files(all_stores["embeddings"].dir, "*.npy") >= 1,
@@ -125,10 +125,10 @@ def test_killed_update_never_shows_purged_documents(tmp_path: Path, clean: tuple
     deleted_shas = {sha_of(path) for path in deleted}
     for path in deleted:
         path.unlink()
-    raw = stores(Settings(data_dir=data_dir))["raw"]
+    raw = stores(load_settings(data_dir=data_dir))["raw"]
     kill_when(root, data_dir, lambda: not any(raw.shas(sha[:1]) & {sha} for sha in deleted_shas))
     rows = assert_honest_state(data_dir)
-    with components.query_store(Settings(data_dir=data_dir)) as store:
+    with components.generations(load_settings(data_dir=data_dir)).query_store() as store:
         assert sum(store.count(sha=sha) for sha in deleted_shas) == 0  # not searchable between kill and re-run
     resumed = run(root, data_dir)
     assert resumed["added"] == 0 and resumed["unchanged"] == DOCUMENTS - 16
@@ -137,7 +137,7 @@ def test_killed_update_never_shows_purged_documents(tmp_path: Path, clean: tuple
     assert resumed["purged"] <= 16 and (resumed["purged"] > 0 or not (deleted_shas & set(rows)))
     points = assert_index_agrees(data_dir)
     assert {payload["sha"] for payload in points.values()}.isdisjoint(deleted_shas)
-    for store in stores(Settings(data_dir=data_dir)).values():
+    for store in stores(load_settings(data_dir=data_dir)).values():
         assert not any(store.shas(sha[:1]) & {sha} for sha in deleted_shas)
 
 
@@ -147,7 +147,7 @@ def test_half_written_conversion_and_redaction_are_redone(tmp_path: Path) -> Non
     root = scifact_files(tmp_path / "scifact", 3)
     data_dir = tmp_path / "data"
     run(root, data_dir)
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     all_stores = stores(settings)
     sha = sha_of(sorted(root.iterdir())[0])
     shard = settings.shard_of(sha)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline.fields.registry import FieldSpec, declared_values, parse_field_spec
+from rag_pipeline.fields.values import FieldValue, coerce, field_name
 from rag_pipeline.ingest.convert import DocumentConverter
-from rag_pipeline.ingest.fields import FieldValue, coerce, field_name, front_matter_fields, split_front_matter
+from rag_pipeline.ingest.stated_fields import front_matter_fields, split_front_matter
 from rag_pipeline.structured.enrich import lead, validate_reply
-from rag_pipeline.structured.registry import FieldSpec, declared_values, parse_field_spec
 
 CATALOG = Path(__file__).resolve().parents[1] / "golden" / "catalog" / "docs"
 
@@ -81,7 +82,7 @@ def test_field_names_and_declared_types() -> None:
     assert coerce(FieldValue("string", "a, b; c", "docx"), "list").value == ["a", "b", "c"]
     with pytest.raises(ValueError, match="not a number"):
         coerce(FieldValue("string", "soon", "front_matter"), "number")
-    from rag_pipeline.ingest.fields import DocumentFields
+    from rag_pipeline.fields.values import DocumentFields
 
     stated = DocumentFields({"year": FieldValue("string", "n/a", "front_matter"),
                              "type": FieldValue("string", "memo", "front_matter"),

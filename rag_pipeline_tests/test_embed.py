@@ -1,4 +1,4 @@
-"""Tests of rag_pipeline.embedder: the packaged model, the embedding cache and the Ollama client against a fake server."""
+"""Tests of rag_pipeline.embed.embedder: the packaged model, the embedding cache and the Ollama client against a fake server."""
 
 from __future__ import annotations
 
@@ -15,19 +15,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 import numpy as np
 import pytest
 
-from rag_pipeline.embedder import (
-    DEFAULT_MODEL_ID,
-    Embedder,
-    EmbedderUnavailable,
-    OllamaEmbedder,
-    SentenceTransformerEmbedder,
-    embed_texts,
-)
-from rag_pipeline.embedder_factory import build_embedder
-from rag_pipeline.embedding_cache import EmbeddingCache, text_sha256
-from rag_pipeline.model_files import model_dir
-from rag_pipeline.onnx_embedder import OnnxEmbedder
-from rag_pipeline.onnx_export import exported_model
+from rag_pipeline.components import build_embedder
+from rag_pipeline.embed.cache import EmbeddingCache, text_sha256
+from rag_pipeline.embed.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, embed_texts
+from rag_pipeline.embed.model_files import model_dir
+from rag_pipeline.embed.onnx_embedder import OnnxEmbedder
+from rag_pipeline.embed.onnx_export import exported_model
+from rag_pipeline.embed.torch_embedder import SentenceTransformerEmbedder
+from rag_pipeline.llm.ollama import OllamaEmbedder
 from rag_pipeline_tests.conftest import DATASETS
 from rag_pipeline_tests.fake_ollama import (
     FAKE_DIMENSION,
@@ -224,7 +219,7 @@ def test_build_embedder_ollama_needs_url() -> None:
 
 
 def test_declared_dimension_matches_the_loaded_model(tmp_path: Path) -> None:
-    from rag_pipeline.embedder import declared_dimension
+    from rag_pipeline.embed.model_files import declared_dimension
 
     assert declared_dimension() == 384
     dense = tmp_path / "with-dense"

@@ -11,18 +11,19 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from rag_pipeline.components import load_settings
 from rag_pipeline.defs.evaluation import eval_quality_gate, eval_report, eval_schedule, golden_set
 from rag_pipeline.defs.resources import RetrievalResource
 from rag_pipeline.evaluate.answers import citation_scores, contains, exact_match, normalise, token_f1
 from rag_pipeline.evaluate.beir import load_beir
 from rag_pipeline.evaluate.gate import quality_gate
 from rag_pipeline.evaluate.golden import GoldenSetError, load_golden, matches
+from rag_pipeline.evaluate.index_eval import evaluate_index
 from rag_pipeline.evaluate.judge import Judge, average_precision
-from rag_pipeline.evaluate.service import evaluate_index
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.llm import OllamaLLM
 from rag_pipeline.serve.cli import main
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline_tests.fake_ollama import FakeOllama
 
 from .conftest import REPO, SAMPLE_CORPUS
@@ -127,7 +128,7 @@ def test_judge_against_a_fake_ollama(fake_ollama: FakeOllama) -> None:
 
 def test_evaluate_index_on_the_sample_corpus(sample_index: tuple[Path, Path]) -> None:
     _, data_dir = sample_index
-    report = evaluate_index(Settings(data_dir=data_dir))
+    report = evaluate_index(load_settings(data_dir=data_dir))
     retrieval = report["retrieval"]
     assert report["questions"] >= 40 and retrieval["n"] >= 35 and retrieval["warnings"] == []
     assert retrieval["metrics"]["recall@5"] > 0.8 and retrieval["metrics"]["ndcg@10"] > 0.8
@@ -139,7 +140,7 @@ def test_evaluate_index_on_the_sample_corpus(sample_index: tuple[Path, Path]) ->
     assert report["generator"] == "extractive" and 0 <= answers["out_of_scope_abstention"] <= 1
     assert answers["citation_precision"] > 0.5 and "token_f1" in answers
     assert report["index_version"] != "0"
-    chunked = evaluate_index(Settings(data_dir=data_dir), granularity="chunk", with_answers=False)
+    chunked = evaluate_index(load_settings(data_dir=data_dir), granularity="chunk", with_answers=False)
     assert 0 < chunked["retrieval"]["metrics"]["ndcg@10"] <= 1 and "answers" not in chunked
 
 

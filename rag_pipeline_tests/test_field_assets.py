@@ -12,16 +12,16 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from rag_pipeline.components import open_retriever
+from rag_pipeline.components import load_settings, open_retriever
 from rag_pipeline.defs.assets import INGEST_ASSETS
-from rag_pipeline.defs.fields import document_enrichment, roster
+from rag_pipeline.defs.field_assets import document_enrichment, roster
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.runner import ingest
 from rag_pipeline.defs.sensors import field_sources_sensor
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.llm import build_llm
 from rag_pipeline.serve.inspect import inspect
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.enrich import Enricher, stale_enrichments
 from rag_pipeline.structured.query import QueryRunner
 from rag_pipeline_tests.fake_ollama import FakeOllama
@@ -48,7 +48,7 @@ def test_a_changed_roster_is_reread_reconciled_and_relabels_points(tmp_path: Pat
     shutil.copytree(CATALOG, tmp_path / "catalog")
     sources = tmp_path / "catalog" / "sources.yaml"
     monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = load_settings(data_dir=tmp_path / "data")
     ingest(data_dir=settings.data_dir)
     assert reconciliation(settings)[("P-003", "publisher")] == "MISMATCH"
     assert names_found(settings, {"genre": "fishing"}) == {"deepwater-patience.md", "deepwater-patience-launch.html"}
@@ -102,7 +102,7 @@ def test_llm_enrichment_is_validated_cached_and_falls_back(tmp_path: Path, monke
     fake_ollama.reply = reply
     monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
     monkeypatch.setenv("RAG_OLLAMA_URL", fake_ollama.url)
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = load_settings(data_dir=tmp_path / "data")
     ingest(data_dir=settings.data_dir)  # the enrichment asset runs after the shards
     sidecar = Sidecar(settings.sidecar_path)
 
@@ -125,7 +125,7 @@ def test_llm_enrichment_is_validated_cached_and_falls_back(tmp_path: Path, monke
     assert len(fake_ollama.bodies("/api/chat")) == 3  # cached per document, model and schema
     # Without an LLM the labelled field is classified by embedding similarity instead (deterministic, offline).
     monkeypatch.delenv("RAG_OLLAMA_URL")
-    offline = Settings(data_dir=tmp_path / "data")
+    offline = load_settings(data_dir=tmp_path / "data")
     ingest(data_dir=offline.data_dir)
     classified = field_values("genre")
     assert set(classified) == {"tides", "racer", "garden"}
@@ -151,7 +151,7 @@ def test_keys_numbers_builtin_columns_errors_and_an_llm_outage(tmp_path: Path, m
     sources.write_text(f"sources:\n  s: {{roots: [{docs}]}}\nroster:\n  - {{path: roster.csv, key: key, "
                        "document_key: key, authoritative: [genre]}\nfields:\n  blurb: {from: llm}\n")
     monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = load_settings(data_dir=tmp_path / "data")
     ingest(data_dir=settings.data_dir)
     sidecar = Sidecar(settings.sidecar_path)
     status = {(Path(row["path"]).name if row["path"] else row["key"]): row["status"] for row in sidecar.query(
@@ -173,7 +173,7 @@ def test_keys_numbers_builtin_columns_errors_and_an_llm_outage(tmp_path: Path, m
     # An LLM that is down is not the documents' fault: nothing is cached, a later run enriches them.
     monkeypatch.setenv("RAG_OLLAMA_URL", fake_ollama.url)
     monkeypatch.setenv("RAG_LLM_RETRIES", "0")
-    online = Settings(data_dir=tmp_path / "data")
+    online = load_settings(data_dir=tmp_path / "data")
     fake_ollama.fail_next = 100
     down = Enricher(online, sidecar, lambda: None, build_llm(online)).run()
     assert down.failed == 4 and len(fake_ollama.bodies("/api/chat")) <= 1  # it stops asking after the first failure

@@ -5,7 +5,7 @@ Two sources of requests, counted together (at least MIN_REQUESTS, every endpoint
   POST /search, /ask, /ingest, GET /ingest/{id} and /healthz;
 - hypothesis, raw hostile requests over every route (/metrics included, which the document leaves out): any
   method, Host, Origin, Content-Type and body (bytes, JSON, JSON nested too deeply), checked against the
-  screening rules of serve/guard.py.
+  screening rules of serve/screening.py.
 No response may be a 5xx or carry a trace; every JSON error has the API's shape. The server's RAG_ROOTS is the
 already-ingested sample corpus, so each POST /ingest that starts (202) is a sync with nothing to do, and the
 others meet the running one (409).
@@ -25,8 +25,8 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from rag_pipeline.serve.guard import LOCAL_HOSTS, MAX_JSON_DEPTH
-from rag_pipeline.settings import Settings
+from rag_pipeline.components import load_settings
+from rag_pipeline.serve.screening import LOCAL_HOSTS, MAX_JSON_DEPTH
 
 from .test_api import running_api
 
@@ -46,7 +46,7 @@ def fuzz_api(sample_index: tuple[Path, Path], tmp_path_factory: pytest.TempPathF
     corpus, data_dir = sample_index
     copy = tmp_path_factory.mktemp("fuzz") / "data"
     shutil.copytree(data_dir, copy)  # ingests write the sidecar: the shared index stays read-only
-    with running_api(Settings(data_dir=copy, roots=[corpus])) as url:
+    with running_api(load_settings(data_dir=copy, roots=[corpus])) as url:
         yield url
 
 

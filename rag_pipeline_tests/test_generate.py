@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from rag_pipeline.embedder import SentenceTransformerEmbedder
+from rag_pipeline.embed.torch_embedder import SentenceTransformerEmbedder
 from rag_pipeline.generate.answerer import ALL_QUARANTINED, Answerer, GuardrailSettings, split_complete
 from rag_pipeline.generate.chunk_filter import filter_chunks
 from rag_pipeline.generate.generators import (

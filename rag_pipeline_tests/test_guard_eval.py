@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.generate.guard_eval import ABLATIONS, load_cases
+from rag_pipeline.evaluate.guardrail_ablation import ABLATIONS, load_cases
 from rag_pipeline.serve.cli import main
 
 from .conftest import REPO

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline.components import load_settings
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.runner import ingest
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import IndexPoint, SparseVector, VectorStore
 from rag_pipeline.ingest.chunk import contextual_text, read_chunks
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 from .conftest import DATASETS, SAMPLE_CORPUS
 
@@ -55,7 +56,7 @@ def all_points(store: VectorStore, settings: Settings) -> dict[str, dict]:
 
 def assert_index_agrees(data_dir: Path) -> dict[str, dict]:
     """Points == sidecar chunk rows == chunk file lines, with complete payloads and current paths and tags."""
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_path)
     rows = sidecar.query("SELECT c.chunk_id, c.sha, d.paths, d.tags, d.sources FROM chunks c JOIN documents d "
                          "USING (sha)")
@@ -164,7 +165,7 @@ def test_corpus_rule_tags_follow_rule_changes_and_moves_without_reembedding(
     assert_index_agrees(data_dir)
 
     def tags_by_name() -> dict[str, list[str]]:
-        rows = Sidecar(Settings(data_dir=data_dir).sidecar_path).documents().values()
+        rows = Sidecar(load_settings(data_dir=data_dir).sidecar_path).documents().values()
         return {Path(row["paths"][-1]).name: row["tags"] for row in rows}  # a copy in archive/ sorts first
 
     def tagged(tag: str | list[str]) -> set[str]:
@@ -213,7 +214,7 @@ def test_corpus_rule_tags_follow_rule_changes_and_moves_without_reembedding(
 def test_embedding_cache_serves_a_rebuild(tmp_path: Path, data_dir: Path, backend: str) -> None:
     root = small_corpus(tmp_path / "docs")
     first = ingest([root], data_dir)
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     shutil.rmtree(stores(settings)["embeddings"].dir)  # a rebuild of the vectors: every shard re-embeds
     rebuilt = ingest([root], data_dir)
     assert rebuilt["vectors_computed"] == 0 and rebuilt["vectors_cached"] == first["vectors_computed"]
@@ -224,7 +225,7 @@ def test_embedding_cache_serves_a_rebuild(tmp_path: Path, data_dir: Path, backen
 def test_contextual_text_carries_path_and_headings(tmp_path: Path, data_dir: Path) -> None:
     root = small_corpus(tmp_path / "docs")
     ingest([root], data_dir)
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     sha = sha_of(root / "guides" / "installation.md")
     chunk = next(c for c in read_chunks(settings, settings.shard_of(sha), sha) if "semanage" in c.text)
     assert contextual_text("guides/installation.md", chunk).startswith(
@@ -244,7 +245,7 @@ def scifact_files(target: Path, count: int) -> Path:
 def test_half_written_document_is_rewritten(backend: str, tmp_path: Path, data_dir: Path) -> None:
     root = small_corpus(tmp_path / "docs")
     ingest([root], data_dir)
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     sha = sha_of(root / "ops" / "incident-runbook.md")
     chunk_ids = [c.chunk_id for c in read_chunks(settings, settings.shard_of(sha), sha)]
     with open_store(data_dir) as store:  # simulate a crash in the middle of this document's upsert

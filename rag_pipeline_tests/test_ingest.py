@@ -13,16 +13,17 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from rag_pipeline.components import load_settings
 from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.partitions import shard_runs
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.runner import ingest
 from rag_pipeline.defs.sensors import corpus_summary_after_ingest, source_files_sensor
 from rag_pipeline.errors import IngestFailed
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 from .conftest import SAMPLE_CORPUS
 
@@ -67,7 +68,7 @@ def test_sample_corpus_ingests_every_type_and_reingest_does_nothing(corpus: Path
     summary = ingest([corpus], data_dir)
     assert summary["failed"] == []
     assert summary["added"] == 14 and summary["chunks"] > 50
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     rows = Sidecar(settings.sidecar_path).documents()
     assert len(rows) == 14
     assert {row["doc_type"] for row in rows.values()} == {"md", "txt", "pdf", "docx", "html", "pptx"}
@@ -104,7 +105,7 @@ def test_sample_corpus_ingests_every_type_and_reingest_does_nothing(corpus: Path
 
 def test_edit_rename_duplicate_delete(tmp_path: Path, data_dir: Path) -> None:
     root = small_corpus(tmp_path / "docs")
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     first = ingest([root], data_dir)
     assert first["added"] == 6 and first["failed"] == []
     sidecar = Sidecar(settings.sidecar_path)
@@ -168,7 +169,7 @@ def test_bad_inputs_are_recorded_and_the_rest_is_ingested(tmp_path: Path, data_d
     assert "outside the root" in failed["escape.md"]
     assert failed["corrupt.pdf"]
     assert summary["added"] == 6  # the six good documents; the corrupt PDF, whose conversion failed, is in failed
-    rows = Sidecar(Settings(data_dir=data_dir).sidecar_path).documents()
+    rows = Sidecar(load_settings(data_dir=data_dir).sidecar_path).documents()
     corrupt = next(row for row in rows.values() if row["paths"][0].endswith("corrupt.pdf"))
     assert corrupt["status"] == "failed" and corrupt["error"] == failed["corrupt.pdf"]
     assert sum(row["status"] == "ok" for row in rows.values()) == 6
@@ -180,7 +181,7 @@ def test_bad_inputs_are_recorded_and_the_rest_is_ingested(tmp_path: Path, data_d
 def test_blocking_check_stops_downstream_assets(tmp_path: Path, data_dir: Path) -> None:
     root = small_corpus(tmp_path / "docs")
     ingest([root], data_dir)
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     victim = root / "notes" / "faq.txt"
     sha = sha_of(victim)
     shard = settings.shard_of(sha)

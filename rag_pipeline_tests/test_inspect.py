@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.defs.runner import ingest
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.serve.cli import main
 
 

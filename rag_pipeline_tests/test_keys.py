@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rag_pipeline.components import load_settings
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import IndexPoint, Scope, VectorStore
 from rag_pipeline.serve.cli import main
 from rag_pipeline.serve.keys import Keyring, check_bind, create_key, digest, is_loopback, read_keys, revoke_key
-from rag_pipeline.settings import Settings
 from rag_pipeline_tests.test_api import parse_sse, running_api
 
 from .conftest import REPO
@@ -97,7 +97,7 @@ def test_keys_file_from_the_environment_and_unsafe_files(tmp_path: Path, monkeyp
     path.chmod(0o600)
     path.write_text("keys:\n- name: x\n  role: root\n  sha256: abc\n")
     with pytest.raises(ConfigError, match="not a valid API keys file"):
-        Keyring(Settings(data_dir=tmp_path))
+        Keyring(load_settings(data_dir=tmp_path))
     path.write_text("keys: [")
     with pytest.raises(ConfigError, match="not a valid API keys file"):
         read_keys(path)
@@ -106,7 +106,7 @@ def test_keys_file_from_the_environment_and_unsafe_files(tmp_path: Path, monkeyp
 def test_keyring_lookup_reload_and_environment_key(tmp_path: Path) -> None:
     path = tmp_path / "api_keys.yaml"
     _, token = create_key(path, "alice", "reader", ("policy",))
-    keyring = Keyring(Settings(data_dir=tmp_path))
+    keyring = Keyring(load_settings(data_dir=tmp_path))
     assert keyring.lookup(token).name == "alice" and keyring.lookup(token).scope == Scope(("policy",))
     assert keyring.lookup(token + "x") is None and keyring.lookup("") is None
     _, later = create_key(path, "bob", "admin")
@@ -115,16 +115,16 @@ def test_keyring_lookup_reload_and_environment_key(tmp_path: Path) -> None:
     assert keyring.lookup(token) is None  # ... and revocations
 
     env_token = "e" * 40
-    with_env = Keyring(Settings(data_dir=tmp_path, api_key=env_token))
+    with_env = Keyring(load_settings(data_dir=tmp_path, api_key=env_token))
     key = with_env.lookup(env_token)
     assert (key.name, key.role, key.scope) == ("env", "admin", None)
     token_file = tmp_path / "token"
     token_file.write_text(env_token + "\n")
-    assert Keyring(Settings(data_dir=tmp_path, api_key_file=token_file)).lookup(env_token).name == "env"
+    assert Keyring(load_settings(data_dir=tmp_path, api_key_file=token_file)).lookup(env_token).name == "env"
     for bad in ({"api_key": "short"}, {"api_key": "a b" * 20}, {"api_key_file": tmp_path / "missing"},
                 {"api_key": env_token, "api_key_file": token_file}):
         with pytest.raises(ConfigError):
-            Keyring(Settings(data_dir=tmp_path, **bad))
+            Keyring(load_settings(data_dir=tmp_path, **bad))
 
 
 def test_loopback_rules(tmp_path: Path) -> None:
@@ -132,13 +132,13 @@ def test_loopback_rules(tmp_path: Path) -> None:
         assert is_loopback(host), host
     for host in ("0.0.0.0", "::", "192.0.2.2", "example.com", "", "localhost.evil.com"):
         assert not is_loopback(host), host
-    empty = Keyring(Settings(data_dir=tmp_path))
+    empty = Keyring(load_settings(data_dir=tmp_path))
     check_bind("127.0.0.1", empty)
     with pytest.raises(ConfigError, match="rag-pipeline keys create"):
         check_bind("0.0.0.0", empty)
     create_key(tmp_path / "api_keys.yaml", "ops", "admin")
     check_bind("0.0.0.0", empty)  # the same keyring, once a key exists
-    check_bind("0.0.0.0", Keyring(Settings(data_dir=tmp_path / "other", api_key="k" * 32)))
+    check_bind("0.0.0.0", Keyring(load_settings(data_dir=tmp_path / "other", api_key="k" * 32)))
 
 
 def test_serve_refuses_a_public_host_without_a_key(tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ def test_scope_conditions_narrow_every_search_leg(store: VectorStore, points: li
 @pytest.fixture(scope="module")
 def tagged_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data dir holding the DOCUMENTS ingested with tag rules: policy/ -> policy, legal/ -> legal, misc/ none."""
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
     base = tmp_path_factory.mktemp("tagged")
     for relative, text in DOCUMENTS.items():
@@ -224,7 +224,7 @@ def keyed_api(tagged_index: Path) -> Iterator[tuple[str, dict[str, str]]]:
     tokens = {name: create_key(path, name, role, tags, sources)[1] for name, role, tags, sources in [
         ("policy-reader", "reader", ("policy",), ()), ("legal-reader", "reader", ("legal",), ()),
         ("wiki-reader", "reader", (), ("wiki",)), ("loader", "ingester", ("policy",), ()), ("root", "admin", (), ())]}
-    with running_api(Settings(data_dir=tagged_index, semantic_cache=True)) as url:
+    with running_api(load_settings(data_dir=tagged_index, semantic_cache=True)) as url:
         yield url, tokens
 
 
@@ -344,7 +344,7 @@ def test_without_keys_only_loopback_is_served(tagged_index: Path, tmp_path: Path
     caplog.set_level(logging.INFO, logger="rag_pipeline.access")
     address = non_loopback_address()
     # the machine's address is an allowed Host, so the request passes the Host screening and reaches the key check
-    settings = Settings(data_dir=tagged_index, api_keys_file=tmp_path / "no_keys.yaml", api_log_queries=True,
+    settings = load_settings(data_dir=tagged_index, api_keys_file=tmp_path / "no_keys.yaml", api_log_queries=True,
                         api_allowed_hosts=[address])
     with running_api(settings, host="0.0.0.0") as url:
         local = search(url, "", CONTRACT_QUESTION)  # no key needed on loopback; no scope

@@ -101,8 +101,8 @@ def manifest_with_rules(text: str, tree: Path, tmp_path: Path, capsys: pytest.Ca
 
 def test_corpus_rules_in_the_manifest_and_the_ingest(tree: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from rag_pipeline.defs.runner import ingest
-    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.defs.ingest_runner import ingest
+    from rag_pipeline.sidecar import Sidecar
 
     (tree / "notes" / "big.md").write_text("# Big\n\n" + "word " * 400)
     rules, report, by_name = manifest_with_rules(RULES, tree, tmp_path, capsys, monkeypatch)
@@ -117,7 +117,7 @@ def test_corpus_rules_in_the_manifest_and_the_ingest(tree: Path, tmp_path: Path,
 
 
 def test_corpus_rules_errors(tmp_path: Path) -> None:
-    from rag_pipeline.ingest.rules import load_rules
+    from rag_pipeline.ingest.corpus_rules import load_rules
 
     bad = tmp_path / "rules.yaml"
     bad.write_text("include: docs/**\ntypes: [md, exe]\nmax_bytes: -1\ncolour: red\n"
@@ -137,7 +137,7 @@ def test_corpus_rules_errors(tmp_path: Path) -> None:
 
 
 def test_tags_for_unions_every_matching_pattern(tmp_path: Path) -> None:
-    from rag_pipeline.ingest.rules import load_rules
+    from rag_pipeline.ingest.corpus_rules import load_rules
 
     path = tmp_path / "rules.yaml"
     path.write_text('tags:\n  "handbook/**": policy\n  "**/*.pdf": [scanned, policy]\n'
@@ -164,7 +164,7 @@ tags:
 def test_tags_in_the_manifest_the_index_search_and_inspect(tree: Path, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
     _, report, by_name = manifest_with_rules(TAG_RULES, tree, tmp_path, capsys, monkeypatch)
     assert by_name["plain.txt"]["tags"] == ["maintenance"] and by_name["access.md"]["tags"] == ["policy", "security"]
@@ -204,7 +204,7 @@ def run_cli(capsys: pytest.CaptureFixture, *args: str) -> str:
 def test_an_older_sidecar_gains_the_tags_column(tmp_path: Path) -> None:
     import duckdb
 
-    from rag_pipeline.index.sidecar import DOCUMENT_COLUMNS, Sidecar
+    from rag_pipeline.sidecar import DOCUMENT_COLUMNS, Sidecar
 
     path = tmp_path / "sidecar.duckdb"
     old_columns = {name: kind for name, kind in DOCUMENT_COLUMNS.items() if name != "tags"}

@@ -19,10 +19,10 @@ import pytest
 from rag_pipeline.errors import InputError, QueryTimeout
 from rag_pipeline.evaluate.aggregation import evaluate_aggregations
 from rag_pipeline.evaluate.golden import load_golden
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.query import QueryRunner
 from rag_pipeline_tests.test_api import running_api
 
@@ -263,7 +263,7 @@ def test_http_query_and_fields(catalog: Settings) -> None:
 
 
 def test_evaluation_slices_by_kind(catalog: Settings) -> None:
-    from rag_pipeline.evaluate.service import evaluate_index, format_report, headline
+    from rag_pipeline.evaluate.index_eval import evaluate_index, format_report, headline
 
     report = evaluate_index(catalog, GOLDEN, with_answers=False)
     assert report["questions"] == 12 and set(report["retrieval_by_kind"]) == {"semantic"}  # never as retrieval

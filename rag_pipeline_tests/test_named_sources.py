@@ -17,17 +17,17 @@ import pytest
 import qdrant_edge
 
 from rag_pipeline import components
-from rag_pipeline.components import answerer, open_retriever
+from rag_pipeline.components import answerer, load_settings, open_retriever
 from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary, index_generation
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.runner import ingest
 from rag_pipeline.defs.sensors import source_files_sensor
 from rag_pipeline.errors import ConfigError, NotFound
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import collection_name
 from rag_pipeline.ingest.sources import configured_sources, resolve_source
 from rag_pipeline.serve.inspect import inspect
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 from .conftest import SAMPLE_CORPUS
 from .test_index_sync import assert_index_agrees, sha_of
@@ -45,7 +45,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def search(data_dir: Path, query: str, filters: dict | None = None, top_k: int = 20) -> list[dict]:
-    retriever = open_retriever(Settings(data_dir=data_dir))
+    retriever = open_retriever(load_settings(data_dir=data_dir))
     try:
         return retriever.search(query, top_k=top_k, filters=filters).to_json()["results"]
     finally:
@@ -53,7 +53,7 @@ def search(data_dir: Path, query: str, filters: dict | None = None, top_k: int =
 
 
 def documents(data_dir: Path) -> dict[str, dict]:
-    return Sidecar(Settings(data_dir=data_dir).sidecar_path).documents()
+    return Sidecar(load_settings(data_dir=data_dir).sidecar_path).documents()
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ sources:
 roster: []
 """)
     monkeypatch.setenv("RAG_SOURCES_FILE", str(sources_file))
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     specs = configured_sources(settings)
     assert {name: spec.kind for name, spec in specs.items()} == {"handbook": "roots", "wiki": "roots",
                                                                   "inbox": "uploads"}
@@ -179,7 +179,7 @@ roster: []
 def test_invalid_sources_files_name_the_problem(tmp_path: Path, content: str, message: str) -> None:
     path = write(tmp_path / "sources.yaml", content)
     with pytest.raises(ConfigError) as error:
-        configured_sources(Settings(data_dir=tmp_path / "data", sources_file=path))
+        configured_sources(load_settings(data_dir=tmp_path / "data", sources_file=path))
     assert str(path) in str(error.value) and message in str(error.value)
 
 
@@ -228,14 +228,14 @@ def test_sensor_watches_every_source(tmp_path: Path, data_dir: Path, monkeypatch
 def make_legacy(data_dir: Path) -> None:
     """Turn a data dir into one made before named sources and generations: no source tables or column, the last
     scan's refusals in `source_errors`, the collection named after the model only, points without `sources`."""
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     active = components.generations(settings).active()
     legacy = collection_name(active.model_id, active.dimension)
     edge = data_dir / "qdrant_edge"
     for suffix in ("", ".version", ".lock"):
         (edge / (active.collection + suffix)).rename(edge / (legacy + suffix))
     (data_dir / "generations.json").unlink()
-    store = components.open_store(settings, legacy, active.dimension)
+    store = components.generations(settings).open(collection=legacy, dimension=active.dimension)
     try:
         everything = qdrant_edge.Filter(must=[qdrant_edge.FieldCondition("sha", match=qdrant_edge.MatchExcept(["-"]))])
         store._shard.update(qdrant_edge.UpdateOperation.delete_payload_by_filter(everything, ["sources"]))
@@ -258,7 +258,7 @@ def test_an_old_data_dir_migrates_into_default(two_folders: tuple[Path, Path], d
         old_defaults.setenv("RAG_CHUNKER", "recursive")
         ingest([docs], data_dir)
         make_legacy(data_dir)
-    sidecar = Sidecar(Settings(data_dir=data_dir).sidecar_path)  # opening migrates
+    sidecar = Sidecar(load_settings(data_dir=data_dir).sidecar_path)  # opening migrates
     assert {tuple(row["sources"]) for row in sidecar.documents().values()} == {("default",)}
     assert sidecar.sources()["default"]["roots"] == [str(docs)]
     assert sidecar.source_errors() == [{"source": "default", "path": "/x/empty.md", "reason": "empty file"}]
@@ -266,7 +266,7 @@ def test_an_old_data_dir_migrates_into_default(two_folders: tuple[Path, Path], d
     # The legacy collection is adopted as the active generation: relabelled with sources, nothing re-embedded.
     assert (summary["moved"], summary["vectors_computed"], summary["points_upserted"]) == (2, 0, 0)
     assert summary["generation"]["active"] == summary["generation"]["target"]
-    assert components.generations(Settings(data_dir=data_dir)).active().collection.endswith("__384")
+    assert components.generations(load_settings(data_dir=data_dir)).active().collection.endswith("__384")
     assert search(data_dir, "quartzite pump")[0]["sources"] == ["default"]
     assert_index_agrees(data_dir)
 
@@ -277,7 +277,7 @@ def test_search_ask_and_inspect_show_every_path(tmp_path: Path, data_dir: Path) 
     ingest([tmp_path / "docs"], data_dir)
     expected = sorted(str(path) for path in paths)
     assert search(data_dir, "cobalt vault")[0]["paths"] == expected
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     retriever = open_retriever(settings)
     try:
         answer = answerer(settings, retriever).answer("Which key opens the cobalt vault?")
@@ -295,7 +295,7 @@ def test_search_ask_and_inspect_show_every_path(tmp_path: Path, data_dir: Path) 
 
 
 def test_resolve_source_roots(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = load_settings(data_dir=tmp_path / "data")
     spec = resolve_source(settings, "x", [tmp_path])
     assert spec.roots == (tmp_path.resolve(),) and not spec.uploads
     assert resolve_source(settings, "x", None, {"x": [str(tmp_path)]}).roots == (tmp_path,)
@@ -332,5 +332,5 @@ def test_forget_a_source_and_an_unmounted_root_purges_nothing(tmp_path: Path, da
     assert (summary["purged"], summary["moved"], summary["unchanged"]) == (1, 1, 0)
     rows = documents(data_dir)
     assert [row["sources"] for row in rows.values()] == [["alpha"]]
-    assert "beta" not in Sidecar(Settings(data_dir=data_dir).sidecar_path).sources()
+    assert "beta" not in Sidecar(load_settings(data_dir=data_dir).sidecar_path).sources()
     assert all("tourmaline" not in hit["text"] for hit in search(data_dir, "tourmaline gate"))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
-from rag_pipeline.defs.runner import ingest
+from rag_pipeline.defs.ingest_runner import ingest
 
 from .conftest import REPO
 from .pg_server import PostgresServer, postgres_server  # noqa: F401  (postgres_server is a fixture)

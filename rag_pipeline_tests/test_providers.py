@@ -13,10 +13,12 @@ import pytest
 from pydantic import ValidationError
 
 from rag_pipeline import components
-from rag_pipeline.embedder import EmbedderUnavailable, OllamaEmbedder, OpenAIEmbedder
-from rag_pipeline.embedder_factory import build_embedder
+from rag_pipeline.components import build_embedder, load_settings
+from rag_pipeline.embed.embedder import EmbedderUnavailable
 from rag_pipeline.generate.generators import LLMGenerator
 from rag_pipeline.llm import ChatModel, LLMResponseError, LLMUnavailable, OllamaLLM, OpenAIChatModel, build_llm
+from rag_pipeline.llm.ollama import OllamaEmbedder
+from rag_pipeline.llm.openai import OpenAIEmbedder
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.fake_ollama import FAKE_DIMENSION, FakeOllama, fake_vector
 from rag_pipeline_tests.fake_openai import FAKE_CHAT_MODEL, FAKE_EMBED_MODEL, FakeOpenAI
@@ -207,7 +209,7 @@ def test_openai_embedding_failures(fake_openai: FakeOpenAI) -> None:
         OpenAIEmbedder(fake_openai.url, "absent-embed")
     assert fake_openai.url in str(error.value) and "absent-embed" in str(error.value)
     fake_openai.require_key = "sk-e"
-    with pytest.raises(EmbedderUnavailable, match="API key was refused"):
+    with pytest.raises(EmbedderUnavailable, match="refused the API key"):
         OpenAIEmbedder(fake_openai.url, FAKE_EMBED_MODEL, api_key="sk-other")
     fake_openai.delay_s = 1.0
     with pytest.raises(EmbedderUnavailable, match="RAG_EMBEDDING_TIMEOUT_S"):
@@ -259,7 +261,7 @@ def test_answer_streams_from_an_openai_compatible_server(sample_index: tuple[Pat
 
 def test_ingest_and_search_with_openai_embeddings(tmp_path: Path, fake_openai: FakeOpenAI,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -274,7 +276,7 @@ def test_ingest_and_search_with_openai_embeddings(tmp_path: Path, fake_openai: F
     assert any("centrifugal pump seals" in text for text in embedded)
     assert {headers["Authorization"] for _, _, headers in fake_openai.requests} == {"Bearer sk-test"}
 
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     [generation] = components.generations(settings).all().values()
     assert (generation.model_id, generation.dimension) == (f"openai/{FAKE_EMBED_MODEL}", FAKE_DIMENSION)
     retriever = components.open_retriever(settings)

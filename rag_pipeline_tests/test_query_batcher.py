@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rag_pipeline.embedder import Embedder, EmbedderUnavailable, OllamaEmbedder
-from rag_pipeline.onnx_embedder import OnnxEmbedder
-from rag_pipeline.query_batcher import QueryBatcher
+from rag_pipeline.embed.batcher import QueryBatcher
+from rag_pipeline.embed.embedder import Embedder, EmbedderUnavailable
+from rag_pipeline.embed.onnx_embedder import OnnxEmbedder
+from rag_pipeline.llm.ollama import OllamaEmbedder
 from rag_pipeline_tests.fake_ollama import FakeOllama, fake_vector
 
 THREADS = 16

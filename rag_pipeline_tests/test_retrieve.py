@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rag_pipeline.embedder import Embedder
+from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.index.sparse import encode_document, encode_query
 from rag_pipeline.index.vector_store import Hit, IndexPoint, VectorStore
@@ -373,7 +373,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def real_embedder() -> Embedder:
-    from rag_pipeline.embedder import SentenceTransformerEmbedder
+    from rag_pipeline.embed.torch_embedder import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder()
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.defs.runner import ingest
+from rag_pipeline.components import load_settings
+from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.errors import IngestFailed
 from rag_pipeline.ingest.artifacts import DROPPED
 from rag_pipeline.ingest.stage import UNREDACTED, stores
-from rag_pipeline.settings import Settings
 from rag_pipeline_tests.secrets_corpus import ingest_and_measure
 
 SECRET_NOTE = "# Access\n\nthe password: Wombat-Lantern-5567 for the admin account\n\nThe admin password is Tr0ub4dor&3x.\n"
@@ -39,7 +39,7 @@ def test_no_planted_secret_survives_and_benign_strings_stay(tmp_path: Path) -> N
     assert measured.leaks == {name: [] for name in measured.leaks}
     assert measured.recall == 1.0
     assert measured.false_redaction_rate <= 0.05
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = load_settings(data_dir=tmp_path / "data")
     for stage in UNREDACTED:
         folder = stores(settings)[stage].dir
         assert {mode for name, mode in modes(folder).items() if (folder / name).is_dir()} == {0o700}
@@ -55,7 +55,7 @@ def test_dropped_unredacted_artifacts_keep_the_shards_in_sync(tmp_path: Path, mo
     (root / "broken.pdf").write_bytes(b"%PDF-1.4 not really a pdf")
     first = ingest([root], data_dir)
     assert [failure["path"] for failure in first["failed"]] == [str((root / "broken.pdf").resolve())]
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     raw, markdown = stores(settings)["raw"], stores(settings)["markdown"]
     assert {path.suffix for path in raw.dir.rglob("*.*")} == {f".{DROPPED}"}
     assert {path.name.split(".", 1)[1] for path in markdown.dir.rglob("*.*")} == {DROPPED, "json", "error.json"}
@@ -75,6 +75,6 @@ def test_secret_the_redactor_misses_fails_the_check_and_the_run(tmp_path: Path) 
     for _ in range(2):  # no redacted output is written, so the check fails on every run, not once
         with pytest.raises(IngestFailed, match=r"no_secret_survives.*root\.md: 1 secret\(s\) survived"):
             ingest([root], data_dir)
-    settings = Settings(data_dir=data_dir)
+    settings = load_settings(data_dir=data_dir)
     assert "Kx7#pW2q!mZ" not in files_text(stores(settings)["redacted"].dir)
     assert not stores(settings)["chunks"].dir.exists() or "Kx7#pW2q!mZ" not in files_text(stores(settings)["chunks"].dir)

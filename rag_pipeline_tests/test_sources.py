@@ -6,8 +6,8 @@ import hashlib
 import random
 from pathlib import Path
 
+from rag_pipeline.ingest.corpus_rules import is_ignored
 from rag_pipeline.ingest.discover import dedupe_roots, discover
-from rag_pipeline.ingest.rules import is_ignored
 
 from .conftest import DOCUMENTS
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rag_pipeline.components import load_settings
 from rag_pipeline.errors import Conflict, InputError, NotFound
 from rag_pipeline.ingest.uploads import (
     RefusedUpload,
@@ -57,7 +58,7 @@ def sources_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     sources.write_text(f"sources:\n  inbox: {{uploads: true}}\n  handbook: {{roots: [{handbook}]}}\n")
     monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
     monkeypatch.delenv("RAG_ROOTS", raising=False)
-    return Settings(data_dir=tmp_path / "data")
+    return load_settings(data_dir=tmp_path / "data")
 
 
 # --- the library: sniffing, names, storage ------------------------------------------------------------------------
@@ -118,7 +119,7 @@ def test_uploads_the_sync_would_leave_out_are_refused(tmp_path: Path, monkeypatc
     sources = tmp_path / "sources.yaml"
     sources.write_text("sources:\n  inbox: {uploads: true, rules: {types: [md], max_bytes: 100}}\n")
     monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
-    settings = Settings(data_dir=tmp_path / "data")
+    settings = load_settings(data_dir=tmp_path / "data")
     with pytest.raises(RefusedUpload) as error:
         store_upload(settings, "inbox", "page.html", b"<html><body>hi</body></html>")
     assert error.value.code == "excluded_by_rules" and "type html is not in the types" in error.value.message
@@ -128,8 +129,8 @@ def test_uploads_the_sync_would_leave_out_are_refused(tmp_path: Path, monkeypatc
     monkeypatch.setenv("RAG_SOURCES_FILE", str(sources.parent / "plain.yaml"))
     (sources.parent / "plain.yaml").write_text("sources:\n  inbox: {uploads: true}\n")
     with pytest.raises(RefusedUpload, match="does not ingest"):
-        store_upload(Settings(data_dir=tmp_path / "data"), "inbox", "a.pdf", b"%PDF-1.7\n" + b"x" * 50)
-    assert store_upload(Settings(data_dir=tmp_path / "data"), "inbox", "a.md", b"# Fine\n").doc_type == "md"
+        store_upload(load_settings(data_dir=tmp_path / "data"), "inbox", "a.pdf", b"%PDF-1.7\n" + b"x" * 50)
+    assert store_upload(load_settings(data_dir=tmp_path / "data"), "inbox", "a.md", b"# Fine\n").doc_type == "md"
 
 
 def test_sanitize_filename_caps_the_length() -> None:

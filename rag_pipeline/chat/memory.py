@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from rag_pipeline.errors import NotFound
-from rag_pipeline.index.sidecar import Sidecar, now, records
+from rag_pipeline.sidecar import Sidecar, now, records
 
 LOCAL_OWNER = "local"  # the owner of sessions made without an API key (loopback, no keys configured; the CLI)
 HISTORY_TURNS = 10  # earlier turns a new turn reads (follow-ups need the last ones)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rag_pipeline.structured.registry import RegistryField
+from rag_pipeline.fields.registry import RegistryField
 
 SEMANTIC_SEARCH = "semantic_search"
 QUERY_METADATA = "query_metadata"

@@ -1,6 +1,6 @@
 """Ingest assets, partitioned by content-SHA shard: raw_documents -> markdown_documents -> redacted_documents
 -> chunks -> embeddings -> vector_index -> metadata_sidecar, then (unpartitioned) document_enrichment and roster
-(defs/fields.py), index_generation (the switch to a newly built generation) and corpus_summary.
+(defs/field_assets.py), index_generation (the switch to a newly built generation) and corpus_summary.
 
 Each materialisation covers one shard or a range of shards in a single run and processes only what changed.
 """
@@ -11,18 +11,18 @@ import dagster as dg
 
 from rag_pipeline.defs.partitions import SHARDS
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.catalogue import sync_catalogue
 from rag_pipeline.ingest.chunk import sync_chunks
 from rag_pipeline.ingest.convert import sync_markdown
 from rag_pipeline.ingest.embed import sync_embeddings
-from rag_pipeline.ingest.generation import finalize_generation
-from rag_pipeline.ingest.index import sync_vector_index
+from rag_pipeline.ingest.generation_switch import finalize_generation
 from rag_pipeline.ingest.manifest import configured_report
 from rag_pipeline.ingest.raw import sync_raw
 from rag_pipeline.ingest.redact import sync_redacted
 from rag_pipeline.ingest.stage import StageReport
+from rag_pipeline.ingest.vector_index import sync_vector_index
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 TABLE_LIMIT = 500
 TABLE_COLUMNS = {
@@ -254,7 +254,7 @@ def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.
 
 
 @dg.asset(
-    deps=[metadata_sidecar, dg.AssetKey("roster")],  # the roster asset (defs/fields.py) relabels points first
+    deps=[metadata_sidecar, dg.AssetKey("roster")],  # the roster asset (defs/field_assets.py) relabels points first
     group_name="index",
     kinds={"qdrant"},
     owners=OWNERS,
@@ -264,7 +264,7 @@ def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.
 def index_generation(rag: RagResource) -> dg.MaterializeResult:
     """Switch queries to the generation the settings describe (model, chunk and sparse settings) once every shard
     of it is in sync and every point matches its chunk; drop generations beyond RAG_KEEP_GENERATIONS."""
-    report = finalize_generation(rag.settings, rag.sidecar())
+    report = finalize_generation(rag.settings, rag.sidecar(), rag.generations())
     state = "switched" if report.switched else "active" if report.active == report.target else \
         "waiting for the store" if report.waiting else "building"
     return dg.MaterializeResult(

@@ -3,12 +3,12 @@ quality gate, and the nightly eval job schedule."""
 
 import dagster as dg
 
+from rag_pipeline.defs.location import DEFINITION_SETTINGS
 from rag_pipeline.defs.resources import RetrievalResource
 from rag_pipeline.evaluate.gate import recorded_gate
 from rag_pipeline.evaluate.golden import load_golden
-from rag_pipeline.evaluate.service import evaluate_index, format_report, headline
-from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.settings import Settings
+from rag_pipeline.evaluate.index_eval import evaluate_index, format_report, headline
+from rag_pipeline.sidecar import Sidecar
 
 golden_set = dg.AssetSpec(
     "golden_set", group_name="eval", kinds={"yaml"}, owners=["team:rag-platform"],
@@ -72,7 +72,7 @@ eval_job = dg.define_asset_job("eval_job", selection=dg.AssetSelection.assets(ev
                                description="Evaluate the golden set on the current index.")
 
 eval_schedule = dg.ScheduleDefinition(
-    name="nightly_eval", job=eval_job, cron_schedule=Settings().eval_cron,
+    name="nightly_eval", job=eval_job, cron_schedule=DEFINITION_SETTINGS.eval_cron,
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Nightly evaluation of the golden set (cron: RAG_EVAL_CRON).",
 )

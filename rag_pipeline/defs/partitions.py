@@ -10,9 +10,9 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
-from rag_pipeline.settings import Settings
+from rag_pipeline.defs.location import DEFINITION_SETTINGS
 
-SHARDS = dg.StaticPartitionsDefinition(Settings().shard_keys)
+SHARDS = dg.StaticPartitionsDefinition(DEFINITION_SETTINGS.shard_keys)
 
 
 # A run costs about as much as this many partitions' bookkeeping (a run start against ~7 asset events and a

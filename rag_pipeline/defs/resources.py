@@ -7,10 +7,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import dagster as dg
+from pydantic import PrivateAttr
 
 from rag_pipeline import components
-from rag_pipeline.embedder import Embedder, EmbeddingCache
-from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.embed.embedder import Embedder, EmbeddingCache
+from rag_pipeline.index.lifecycle import IndexGenerations
 from rag_pipeline.index.vector_store import VectorStore
 from rag_pipeline.ingest.convert import DocumentConverter
 from rag_pipeline.ingest.discover import Manifest, discover_sources
@@ -18,6 +19,7 @@ from rag_pipeline.ingest.membership import current_manifest, record_discovery
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec, configured_sources, resolve_source
 from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 
 @functools.cache
@@ -39,10 +41,17 @@ class RagResource(dg.ConfigurableResource):
     show_progress: bool = False
     rediscover: bool = True  # False: walk no folder, use what every source last recorded (a reindex)
 
+    _settings: Settings | None = PrivateAttr(default=None)
+
     @property
     def settings(self) -> Settings:
-        overrides = {"data_dir": self.data_dir}
-        return Settings(**{key: value for key, value in overrides.items() if value is not None})
+        """Built once per resource (a run's steps share it): RAG_* variables, the data dir, and what its index was
+        built with."""
+        if self._settings is None:
+            overrides = {"data_dir": self.data_dir}
+            self._settings = components.load_settings(**{key: value for key, value in overrides.items()
+                                                         if value is not None})
+        return self._settings
 
     def source_specs(self) -> list[SourceSpec]:
         """The sources this resource's runs re-discover."""
@@ -69,22 +78,24 @@ class RagResource(dg.ConfigurableResource):
     def embedding_cache(self) -> EmbeddingCache:
         return EmbeddingCache(self.settings.embedding_cache_path)
 
+    def generations(self) -> IndexGenerations:
+        return components.generations(self.settings)
+
     @contextmanager
     def vector_store(self) -> Iterator[VectorStore]:
         """The collection of the index generation the settings describe (the one ingest builds), closed on exit."""
-        with components.vector_store(self.settings) as store:
+        with self.generations().building() as store:
             yield store
 
     @contextmanager
     def live_stores(self) -> Iterator[list[VectorStore]]:
         """The collections a purge must reach at once: the generation being built and the one queries use."""
-        settings = self.settings
-        target = components.target_generation(settings)
-        active = components.generations(settings).active()
+        generations = self.generations()
+        target, active = generations.target(), generations.active()
         opened: list[VectorStore] = []
         try:
             for generation in [target] + ([active] if active and active.id != target.id else []):
-                opened.append(components.open_generation(settings, generation))
+                opened.append(generations.open(generation))
             yield opened
         finally:
             for store in opened:
@@ -111,11 +122,17 @@ class RetrievalResource(dg.ConfigurableResource):
     rerank_model_path: str | None = None
     semantic_cache: bool | None = None
 
+    _settings: Settings | None = PrivateAttr(default=None)
+
     @property
     def settings(self) -> Settings:
-        overrides = {"data_dir": self.data_dir, "retrieval_mode": self.retrieval_mode,
-                     "rerank_model_path": self.rerank_model_path, "semantic_cache": self.semantic_cache}
-        return Settings(**{key: value for key, value in overrides.items() if value is not None})
+        """Built once per resource, like RagResource's."""
+        if self._settings is None:
+            overrides = {"data_dir": self.data_dir, "retrieval_mode": self.retrieval_mode,
+                         "rerank_model_path": self.rerank_model_path, "semantic_cache": self.semantic_cache}
+            self._settings = components.load_settings(**{key: value for key, value in overrides.items()
+                                                         if value is not None})
+        return self._settings
 
     @contextmanager
     def retriever(self) -> Iterator[Retriever]:

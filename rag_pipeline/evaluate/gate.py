@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 GATED = ("recall@5", "ndcg@10")
 

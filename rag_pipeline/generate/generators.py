@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rag_pipeline.embedder import Embedder
+from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.generate.prompt import Prompt
 from rag_pipeline.generate.result import Source
 from rag_pipeline.llm import ChatModel

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.index.vector_store import collection_name
-from rag_pipeline.settings import GENERATIONS_FILE
+from rag_pipeline.settings import parse_chunking_id
+
+GENERATIONS_FILE = "generations.json"
 
 
 @dataclass(frozen=True)
@@ -137,3 +139,20 @@ class GenerationRegistry:
         with self._changing() as state:
             self._write({"active": state["active"],
                          "generations": {key: value for key, value in state["generations"].items() if key != gid}})
+
+    def built_settings(self) -> dict[str, object]:
+        """The chunk settings and embedding runtime the active generation was built with ({} when none), for
+        Settings.deployed_on. An index from before generations: its chunk artifacts' folder, on torch (as is a
+        generation from before runtimes)."""
+        if not self.exists():
+            folders = sorted((path for path in (self.path.parent / "artifacts" / "chunks").glob("*") if path.is_dir()),
+                             key=lambda path: path.stat().st_mtime)
+            return parse_chunking_id(folders[-1].name) | {"embedding_runtime": "torch"} if folders else {}
+        try:
+            active = self.active()
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+        if active is None:
+            return {}
+        return parse_chunking_id(active.chunking_id) | {
+            "embedding_runtime": active.embedding.get("embedding_runtime", "torch")}

@@ -9,10 +9,10 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.ingest.stage import StageReport, stores
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 
 def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:

@@ -15,11 +15,11 @@ from typing import Literal
 
 from tokenizers import Tokenizer
 
+from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_tokenizer, special_token_count
 from rag_pipeline.errors import ConfigError
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
-from rag_pipeline.model_files import max_seq_length, model_dir, model_tokenizer, special_token_count
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 CHUNK_NAMESPACE = uuid.UUID("e8915025-faa4-47e8-a0ec-cd11d5cd4358")
 

@@ -26,13 +26,14 @@ import pypdfium2
 from tqdm import tqdm
 
 from rag_pipeline.errors import ConfigError, InputError
-from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.fields.values import DocumentFields
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
-from rag_pipeline.ingest.fields import DocumentFields, file_fields, front_matter_fields, split_front_matter
 from rag_pipeline.ingest.pdf_layout import pages_to_markdown
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.ingest.stated_fields import file_fields, front_matter_fields, split_front_matter
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 if TYPE_CHECKING:  # docling takes seconds to import: it is imported when the first converter is built
     from docling.datamodel.document import ConversionResult

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rag_pipeline.errors import ConfigError, InputError
-from rag_pipeline.ingest.rules import CorpusRules, configured_rules, ignoring_pattern
+from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, ignoring_pattern
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import DOC_TYPES, Settings
 

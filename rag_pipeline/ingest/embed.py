@@ -10,11 +10,11 @@ from collections.abc import Iterable
 import numpy as np
 from tqdm import tqdm
 
-from rag_pipeline.embedder import Embedder, EmbeddingCache, embed_texts
-from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.embed.embedder import Embedder, EmbeddingCache, embed_texts
 from rag_pipeline.ingest.chunk import contextual_text, document_name, read_chunks
 from rag_pipeline.ingest.stage import StageReport, reconcile, stores
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 EMBED_SLICE = 256  # texts per embedding call: bounds memory and lost work on a crash, drives the progress bar
 

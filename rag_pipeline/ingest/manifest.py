@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, ignoring_pattern
 from rag_pipeline.ingest.discover import TEXT_TYPES, Manifest, discover_sources
 from rag_pipeline.ingest.redact import redact
-from rag_pipeline.ingest.rules import CorpusRules, configured_rules, ignoring_pattern
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
 

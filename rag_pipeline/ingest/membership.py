@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rag_pipeline.errors import Conflict, NotFound
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.discover import Manifest, SourceError, SourceFile
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec, configured_sources
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 
 def file_row(file: SourceFile) -> dict:

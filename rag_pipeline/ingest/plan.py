@@ -3,11 +3,11 @@ from the source manifest."""
 
 from __future__ import annotations
 
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import IndexedDocument, VectorStore
 from rag_pipeline.ingest.discover import Manifest
 from rag_pipeline.ingest.stage import label_changes, stored_sources, stored_tags, stores
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 
 def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, store: VectorStore) -> list[str]:

@@ -10,12 +10,12 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import VectorStore
 from rag_pipeline.ingest.artifacts import ArtifactStore
 from rag_pipeline.ingest.discover import Manifest, document_paths, document_sources, document_tags, sha256_file
 from rag_pipeline.ingest.stage import StageReport, describe, label_changes, stores
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 
 def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], sidecar: Sidecar,

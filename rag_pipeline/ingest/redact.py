@@ -52,13 +52,7 @@ from typing import Literal
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.plugins.base import RegexBasedDetector
 
-from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
-from rag_pipeline.ingest.fields import DocumentFields, FieldValue
-from rag_pipeline.ingest.secret_check import find_leaks
-from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
-from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
-from rag_pipeline.structured.registry import (
+from rag_pipeline.fields.registry import (
     EXTRACT_ERRORS,
     EXTRACTED_ORIGINS,
     FieldSpec,
@@ -66,6 +60,12 @@ from rag_pipeline.structured.registry import (
     declared_values,
     field_rows,
 )
+from rag_pipeline.fields.values import DocumentFields, FieldValue
+from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
+from rag_pipeline.ingest.secret_check import find_leaks
+from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
+from rag_pipeline.sidecar import Sidecar
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@
     sources:
       handbook:
         roots: [/srv/handbook, ../wiki]      # relative roots are relative to this file's folder
-        rules: {include: ["**/*.md"], tags: {"legal/**": legal}}   # the corpus rules keys (ingest/rules.py)
+        rules: {include: ["**/*.md"], tags: {"legal/**": legal}}   # the corpus rules keys (ingest/corpus_rules.py)
       inbox:
         uploads: true                        # an upload area: <data dir>/uploads/inbox
     roster: [...]                            # canonical master data joined onto documents (structured/roster.py)
-    fields: {...}                            # field declarations: types, filters, enrichment (structured/registry.py)
+    fields: {...}                            # field declarations: types, filters, enrichment (fields/registry.py)
 
 Every document records the sources that hold it. Syncing a source replaces that source's files only: a document
 leaves the index when no source holds it any more. Without a file, RAG_ROOTS (or the roots given to
@@ -21,16 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from rag_pipeline.errors import ConfigError, InputError, NotFound
-from rag_pipeline.ingest.rules import CorpusRules, configured_rules, parse_rules
+from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, parse_rules
 from rag_pipeline.settings import Settings
+from rag_pipeline.sources_file import SECTIONS, read_sources_file
 
 DEFAULT_SOURCE = "default"
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SOURCE_KEYS = ("roots", "rules", "uploads")
-TOP_LEVEL_KEYS = ("sources", "roster", "fields")
 
 
 @dataclass(frozen=True)
@@ -60,25 +58,14 @@ def upload_root(settings: Settings, name: str) -> Path:
     return (settings.data_dir / "uploads" / check_source_name(name)).resolve()
 
 
-def read_sources_file(path: Path) -> dict:
-    """The parsed YAML of the sources file (empty when the file is empty); ConfigError when it cannot be read."""
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"{path}: cannot read the sources file (RAG_SOURCES_FILE): {error}") from error
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the sources file must be a mapping with a `sources:` key")
-    return raw
-
-
 def load_sources_file(path: Path, settings: Settings) -> dict[str, SourceSpec]:
     """The sources of the file; ConfigError naming the file and every problem."""
     raw = read_sources_file(path)
     if not isinstance(raw, dict) or not isinstance(raw.get("sources"), dict) or not raw["sources"]:
         raise ConfigError(f"{path}: the sources file needs a `sources:` mapping of NAME: {{roots: [...], rules: "
                           "{...}} or NAME: {uploads: true}")
-    problems = [f"{path}: unknown top-level key {key!r} (allowed: {', '.join(TOP_LEVEL_KEYS)})"
-                for key in raw if key not in TOP_LEVEL_KEYS]
+    problems = [f"{path}: unknown top-level key {key!r} (allowed: {', '.join(SECTIONS)})"
+                for key in raw if key not in SECTIONS]
     specs: dict[str, SourceSpec] = {}
     for name, entry in raw["sources"].items():
         where = f"{path}: source {name!r}"

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.discover import Manifest
 from rag_pipeline.ingest.stage import StageTotals
+from rag_pipeline.sidecar import Sidecar
 
 INDEX_STAGE, CATALOGUE_STAGE, RAW_STAGE = "vector_index", "metadata_sidecar", "raw_documents"
 

@@ -7,7 +7,7 @@ A file's type comes from its bytes (`sniff_upload`), never from its name; its st
 basename with the extension of that type (`sanitize_filename`); the client never chooses a folder. Identical bytes
 are stored once per source (the document id is the SHA-256 of the bytes). The sidecar's `uploads` table records
 every stored file. Only an upload source's own files are ever deleted (`remove_document`): a roots source's folders
-belong to their users. The caller syncs the source afterwards (defs/runner.py `ingest(source=...)`): that indexes
+belong to their users. The caller syncs the source afterwards (defs/ingest_runner.py `ingest(source=...)`): that indexes
 new files and purges removed ones. No Dagster here: the API and the CLI call this directly.
 """
 
@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.errors import Conflict, InputError, NotFound
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.sources import SourceSpec, check_source_name, configured_sources, upload_root
 from rag_pipeline.settings import DOC_TYPES, Settings
+from rag_pipeline.sidecar import Sidecar
 
 SNIFF_HEAD = 1024
 MAX_FILENAME_CHARS = 100

@@ -1,5 +1,6 @@
-"""Model providers for every LLM use (generator, HyDE, chunk filter, judge, field enrichment): Ollama's native
-API or any OpenAI-compatible server, behind one interface (ChatModel)."""
+"""Model servers for every LLM use (generator, HyDE, chunk filter, judge, field enrichment) and for server-side
+embeddings: Ollama's native API or any OpenAI-compatible server, over one client base (llm/client.py), behind the
+ChatModel and Embedder interfaces."""
 
 from __future__ import annotations
 

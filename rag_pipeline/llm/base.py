@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
 
 from rag_pipeline.errors import ModelUnavailable
+from rag_pipeline.llm.client import ModelServer, Purpose
 from rag_pipeline.retry import with_retries
 
 
@@ -19,36 +20,28 @@ class LLMResponseError(ModelUnavailable):
     """The model server answered with something malformed or unexpected."""
 
 
-class ChatModel(ABC):
+CHAT = Purpose(LLMUnavailable, LLMResponseError, "RAG_LLM_TIMEOUT_S or use a smaller model")
+
+
+class ChatModel(ModelServer):
     """A chat model on a server. Calls stream the reply; connection failures and HTTP 429/5xx are retried with
     exponential backoff before the first piece only (no piece is ever repeated); every failure raises
     LLMUnavailable or LLMResponseError naming the server, the model and what to fix."""
 
-    name: str  # the provider: "ollama" or "openai"
-    # The exceptions a provider's transport raises for a failed request; _error turns them into ours.
-    transport_errors: tuple[type[Exception], ...]
+    purpose = CHAT
 
     def __init__(self, url: str, model: str, *, timeout: float, retries: int, backoff: float) -> None:
-        self.url = url
-        self.model = model
-        self.model_id = f"{self.name}/{model}"
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
+        super().__init__(url, model, timeout=timeout, retries=retries, backoff=backoff)
         # Tokens of the most recent completed call ({"prompt_tokens", "completion_tokens"}); None if not reported.
         self.last_usage: dict[str, int] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.provider
 
     @abstractmethod
     def _request(self, messages: list[dict[str, str]], response_format: dict[str, Any] | None) -> Iterator[str]:
         """One streamed request: its content pieces; sets last_usage when the stream ends."""
-
-    @abstractmethod
-    def _retryable(self, error: Exception) -> bool:
-        """Whether a transport error is worth another request (a connection failure, HTTP 429 or 5xx)."""
-
-    @abstractmethod
-    def _error(self, error: Exception) -> LLMUnavailable | LLMResponseError:
-        """The exception to raise for a failed request, naming the server, the model and what to fix."""
 
     @abstractmethod
     def status(self) -> dict[str, Any]:

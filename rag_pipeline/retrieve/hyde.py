@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from rag_pipeline.embedder import Embedder
+from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.errors import ConfigError
 
 HydeMode = Literal["off", "standard", "adaptive", "multi"]

@@ -17,8 +17,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rag_pipeline.embedder import Embedder
+from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.errors import ConfigError, InputError
+from rag_pipeline.fields.values import FieldKind
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import (
     Condition,
@@ -31,8 +32,8 @@ from rag_pipeline.index.vector_store import (
     parse_filters,
     store_unreachable,
 )
-from rag_pipeline.ingest.fields import FieldKind
 from rag_pipeline.retrieve import fusion as fusion_functions
+from rag_pipeline.retrieve.field_filters import field_conditions
 from rag_pipeline.retrieve.fragments import split_fragments
 from rag_pipeline.retrieve.hyde import Hyde
 from rag_pipeline.retrieve.postprocess import (
@@ -44,7 +45,6 @@ from rag_pipeline.retrieve.postprocess import (
 )
 from rag_pipeline.retrieve.rerank import Reranker, rerank
 from rag_pipeline.retrieve.semantic_cache import SemanticCache
-from rag_pipeline.structured.registry import field_conditions
 
 Mode = Literal["hybrid", "dense", "sparse", "blend"]
 MODES = ("hybrid", "dense", "sparse", "blend")

@@ -19,7 +19,7 @@
 
 Every error is {"error": {"code", "message"}}: a RagError gets the status of its kind (HTTP_STATUS), a body that
 fails validation a 400 whose code names the field (models.input_error), a request the screening refuses (Host,
-Origin, media type, JSON nesting: serve/guard.py) its 4xx, anything else a 500 with no trace. A store that is down
+Origin, media type, JSON nesting: serve/screening.py) its 4xx, anything else a 500 with no trace. A store that is down
 gives 503s, not a dead server (serve/runtime.py). With API keys (serve/keys.py) every route but /healthz needs a
 bearer token of a role (serve/auth.py); a key's scope filters /search and /ask.
 """
@@ -53,8 +53,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rag_pipeline import components
 from rag_pipeline.chat.memory import ChatMemory, key_owner
-from rag_pipeline.chat.service import ChatService
+from rag_pipeline.chat.turn import ChatService
 from rag_pipeline.errors import (
     ConfigError,
     Conflict,
@@ -67,15 +68,13 @@ from rag_pipeline.errors import (
 )
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.result import Answer
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import Scope as KeyScope  # not the ASGI Scope
 from rag_pipeline.ingest.sources import check_source_name
 from rag_pipeline.ingest.uploads import list_documents, remove_document, sources_overview, store_upload, upload_source
 from rag_pipeline.llm import build_llm
 from rag_pipeline.retrieve.retriever import RetrievalResult, Retriever
-from rag_pipeline.serve import guard, models
+from rag_pipeline.serve import models, screening
 from rag_pipeline.serve.auth import KEY_STATE, AccessLog, Auth
-from rag_pipeline.serve.guard import error_response
 from rag_pipeline.serve.models import (
     AskRequest,
     ChatRequest,
@@ -93,7 +92,9 @@ from rag_pipeline.serve.models import (
     UploadResponse,
 )
 from rag_pipeline.serve.runtime import Runtime
+from rag_pipeline.serve.screening import error_response
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.query import QueryRunner, load_registry
 
 log = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ class RequestGuard:
     def limit_body(self, scope: Scope, receive: Receive) -> Receive:
         """`receive` that raises a 413 once the body is over the limit: at once when the declared Content-Length
         is, else as the streamed pieces add up. Only a route that reads its body is affected."""
-        limit = self.upload_max_bytes if guard.is_upload(scope) else self.max_body_bytes
+        limit = self.upload_max_bytes if screening.is_upload(scope) else self.max_body_bytes
         declared = Headers(scope=scope).get("content-length", "")
         received = 0
 
@@ -283,7 +284,7 @@ class IngestJobs:
                 job = self._next_locked()
 
     def _run(self, job: IngestJob) -> None:
-        from rag_pipeline.defs.runner import ingest  # imports Dagster: only when an ingest is asked for
+        from rag_pipeline.defs.ingest_runner import ingest  # imports Dagster: only when an ingest is asked for
 
         try:
             job.summary = ingest(job.roots or None, self.data_dir, source=job.source)
@@ -300,7 +301,7 @@ def sse(event: str, data: dict[str, Any]) -> str:
 
 def create_app(settings: Settings | None = None, retriever: Retriever | None = None) -> FastAPI:
     """The API over `retriever` (default: the configured one, opened at startup and closed at shutdown)."""
-    settings = settings or Settings()
+    settings = settings or components.load_settings()
     metrics = Metrics()
     ingest_jobs = IngestJobs(settings.data_dir)
     runtime = Runtime(settings, retriever)
@@ -349,7 +350,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         exception_handlers={RagError: rag_error, RequestValidationError: invalid_body, HTTPException: http_error},
         middleware=[Middleware(RequestGuard, metrics=metrics, max_body_bytes=settings.api_max_body_bytes,
                                upload_max_bytes=settings.upload_max_bytes),
-                    *guard.middleware(settings)],
+                    *screening.middleware(settings)],
     )
 
     app.add_middleware(AccessLog, log_queries=settings.api_log_queries)  # the outermost: sees every response

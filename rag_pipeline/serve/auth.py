@@ -25,8 +25,8 @@ from starlette.types import Scope as AsgiScope
 
 from rag_pipeline.errors import Forbidden, NotAuthenticated
 from rag_pipeline.index.vector_store import Scope
-from rag_pipeline.serve.guard import is_upload
 from rag_pipeline.serve.keys import Keyring, Role, is_loopback
+from rag_pipeline.serve.screening import is_upload
 from rag_pipeline.settings import Settings
 
 access_log = logging.getLogger("rag_pipeline.access")

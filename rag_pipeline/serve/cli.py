@@ -198,38 +198,37 @@ def check_roots(roots: list[str]) -> None:
         raise InputError(f"not a directory: {', '.join(missing)}")
 
 
-def run_ingest(args: argparse.Namespace) -> int:
+def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
     """Discover, diff by SHA and materialise the changed shards through Dagster in this process."""
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
     check_roots(args.roots)
-    summary = ingest(args.roots, args.data_dir, source=args.source, progress=True)
+    summary = ingest(args.roots, settings.data_dir, source=args.source, progress=True)
     if args.json:
         print(json.dumps(summary))
     else:
-        print_ingest_summary(summary, args.data_dir)
+        print_ingest_summary(summary, settings)
     return 0
 
 
-def run_reindex(args: argparse.Namespace) -> int:
+def run_reindex(args: argparse.Namespace, settings: Settings) -> int:
     """Build the target generation from the recorded sources (walks no folder) and switch to it when complete."""
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
-    summary = ingest(data_dir=args.data_dir, rediscover=False, progress=True)
+    summary = ingest(data_dir=settings.data_dir, rediscover=False, progress=True)
     if args.json:
         print(json.dumps(summary))
     else:
-        print_ingest_summary(summary, args.data_dir)
+        print_ingest_summary(summary, settings)
     return 0
 
 
-def run_upload(args: argparse.Namespace) -> int:
+def run_upload(args: argparse.Namespace, settings: Settings) -> int:
     """Store each file in the upload source (refusals reported per file), then sync the source in this process.
     Exit 2 when every file was refused (nothing is synced)."""
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
     from rag_pipeline.ingest.uploads import store_upload, upload_source
 
-    settings = Settings(data_dir=args.data_dir)
     upload_source(settings, args.source)
     documents, rejected = [], []
     for name in args.files:
@@ -250,50 +249,50 @@ def run_upload(args: argparse.Namespace) -> int:
         output = {"source": args.source, "documents": [], "rejected": rejected, "ingest": None}
         print(json.dumps(output) if args.json else "nothing stored: every file was refused")
         return 2
-    summary = ingest(data_dir=args.data_dir, source=args.source, progress=not args.json)
+    summary = ingest(data_dir=settings.data_dir, source=args.source, progress=not args.json)
     if args.json:
         print(json.dumps({"source": args.source, "documents": documents, "rejected": rejected, "ingest": summary}))
     else:
         for document in documents:
             note = " (already stored)" if document["duplicate"] else ""
             print(f"{document['id']}  {document['doc_type']:5} {document['path']}{note}")
-        print_ingest_summary(summary, args.data_dir)
+        print_ingest_summary(summary, settings)
     return 0
 
 
-def run_remove(args: argparse.Namespace) -> int:
+def run_remove(args: argparse.Namespace, settings: Settings) -> int:
     """Delete the upload source's files of the document, then sync the source in this process (it purges them)."""
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
     from rag_pipeline.ingest.uploads import remove_document
 
-    removed = remove_document(Settings(data_dir=args.data_dir), args.source, args.id)
-    summary = ingest(data_dir=args.data_dir, source=args.source, progress=not args.json)
+    removed = remove_document(settings, args.source, args.id)
+    summary = ingest(data_dir=settings.data_dir, source=args.source, progress=not args.json)
     if args.json:
         print(json.dumps({"id": args.id, "removed_paths": removed, "ingest": summary}))
     else:
         for path in removed:
             print(f"removed {path}")
-        print_ingest_summary(summary, args.data_dir)
+        print_ingest_summary(summary, settings)
     return 0
 
 
-def run_forget(args: argparse.Namespace) -> int:
+def run_forget(args: argparse.Namespace, settings: Settings) -> int:
     """Forget a source's recorded files, then sync what the other sources hold (which purges the rest)."""
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.defs.ingest_runner import ingest
 
-    summary = ingest(data_dir=args.data_dir, forget=args.source, rediscover=False, progress=not args.json)
+    summary = ingest(data_dir=settings.data_dir, forget=args.source, rediscover=False, progress=not args.json)
     if args.json:
         print(json.dumps(summary))
     else:
-        print_ingest_summary(summary, args.data_dir)
+        print_ingest_summary(summary, settings)
     return 0
 
 
-def run_sources(args: argparse.Namespace) -> int:
+def run_sources(args: argparse.Namespace, settings: Settings) -> int:
     """Every source with its kind, roots and totals."""
     from rag_pipeline.ingest.uploads import sources_overview
 
-    overview = sources_overview(Settings(data_dir=args.data_dir), with_roots=True)
+    overview = sources_overview(settings, with_roots=True)
     if args.json:
         print(json.dumps({"sources": overview}))
         return 0
@@ -304,32 +303,31 @@ def run_sources(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_manifest(args: argparse.Namespace) -> int:
+def run_manifest(args: argparse.Namespace, settings: Settings) -> int:
     """The dry run: every file under the roots, included or not and why, before anything is converted."""
     from rag_pipeline.ingest.manifest import configured_report, format_report
 
     check_roots(args.roots)
-    report = configured_report(Settings(data_dir=args.data_dir), args.roots, save_cache=False)
+    report = configured_report(settings, args.roots, save_cache=False)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
 
 @contextmanager
-def opened_retriever(args: argparse.Namespace) -> Iterator[tuple[Settings, Retriever, int]]:
-    """(settings, the configured retriever, top_k) for `search` and `ask`; the retriever is closed on exit."""
+def opened_retriever(args: argparse.Namespace, settings: Settings) -> Iterator[tuple[Retriever, int]]:
+    """(the configured retriever, top_k) for `search` and `ask`; the retriever is closed on exit."""
     from rag_pipeline.components import open_retriever
 
-    settings = Settings(data_dir=args.data_dir)
     retriever = open_retriever(settings)
     try:
-        yield settings, retriever, args.top_k if args.top_k is not None else settings.top_k
+        yield retriever, args.top_k if args.top_k is not None else settings.top_k
     finally:
         retriever.close()
 
 
-def run_search(args: argparse.Namespace) -> int:
+def run_search(args: argparse.Namespace, settings: Settings) -> int:
     filters = parse_filters(args.filter)
-    with opened_retriever(args) as (_, retriever, top_k):
+    with opened_retriever(args, settings) as (retriever, top_k):
         output = retriever.search(args.query, top_k=top_k, filters=filters).to_json()
     if args.json:
         print(json.dumps(output))
@@ -338,13 +336,13 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_ask(args: argparse.Namespace) -> int:
+def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     """Stream the answer's text (readable) or print the final answer object (--json)."""
     from rag_pipeline.components import answerer
     from rag_pipeline.generate.result import Answer
 
     filters = parse_filters(args.filter)
-    with opened_retriever(args) as (settings, retriever, top_k):
+    with opened_retriever(args, settings) as (retriever, top_k):
         for item in answerer(settings, retriever).stream(args.question, top_k=top_k, filters=filters):
             if isinstance(item, Answer):
                 if args.json:
@@ -356,16 +354,15 @@ def run_ask(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_eval(args: argparse.Namespace) -> int:
+def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     """Metrics of a golden set on the current index; with --gate, exit 1 when the quality gate fails."""
     from rag_pipeline.evaluate.gate import previous_metrics, quality_gate
-    from rag_pipeline.evaluate.service import evaluate_index, format_report, headline
+    from rag_pipeline.evaluate.index_eval import evaluate_index, format_report, headline
 
-    settings = Settings(data_dir=args.data_dir)
     report = evaluate_index(settings, args.golden, top_k=args.top_k, granularity=args.granularity,
                             with_answers=not args.no_answers)
     if args.chat:
-        from rag_pipeline.evaluate.service import evaluate_chat_on_index
+        from rag_pipeline.evaluate.index_eval import evaluate_chat_on_index
 
         report["chat"] = evaluate_chat_on_index(settings, report["golden_path"], args.paraphrases, args.conversations)
     gate = quality_gate(headline(report), previous_metrics(settings, report["golden"]), settings) if args.gate else None
@@ -377,21 +374,21 @@ def run_eval(args: argparse.Namespace) -> int:
     return 1 if gate is not None and not gate.passed else 0
 
 
-def run_beir(args: argparse.Namespace) -> int:
+def run_beir(args: argparse.Namespace, settings: Settings) -> int:
     """Write the corpus as files under <data dir>/beir/<name>/corpus, ingest it into <data dir>/beir/<name>/data
     (its own collection and sidecar), then score each retrieval mode on the split's queries."""
-    from rag_pipeline.components import open_retriever
-    from rag_pipeline.defs.runner import ingest
+    from rag_pipeline.components import load_settings, open_retriever
+    from rag_pipeline.defs.ingest_runner import ingest
     from rag_pipeline.evaluate.beir import evaluate_modes, format_table, load_beir, write_corpus
 
     try:
         dataset = load_beir(args.dataset_dir, args.split)
     except OSError as error:
         raise InputError(str(error)) from error
-    work = Path(args.data_dir) / "beir" / dataset.name
+    work = settings.data_dir / "beir" / dataset.name
     documents = write_corpus(dataset, work / "corpus")
     summary = ingest([work / "corpus"], work / "data", progress=not args.json)
-    settings = Settings(data_dir=work / "data", semantic_cache=False)
+    settings = load_settings(data_dir=work / "data", semantic_cache=False)  # the dataset's own deployment
     variants = {"dense": {"retrieval_mode": "dense"}, "sparse": {"retrieval_mode": "sparse"},
                 "hybrid": {"retrieval_mode": "hybrid", "fusion": "rrf"},
                 "hybrid-dbsf": {"retrieval_mode": "hybrid", "fusion": "dbsf", "fusion_weights": None},
@@ -417,23 +414,23 @@ def run_beir(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_guard_eval(args: argparse.Namespace) -> int:
+def run_guard_eval(args: argparse.Namespace, settings: Settings) -> int:
     """Ingest the attack corpus into <data dir>/guard_eval (its own collection and sidecar), run the ablation."""
-    from rag_pipeline.components import answerer, open_retriever
-    from rag_pipeline.defs.runner import ingest
-    from rag_pipeline.generate.guard_eval import evaluate, format_table, load_cases
+    from rag_pipeline.components import answerer, load_settings, open_retriever
+    from rag_pipeline.defs.ingest_runner import ingest
+    from rag_pipeline.evaluate.guardrail_ablation import evaluate, format_table, load_cases
 
     cases_path = Path(args.cases)
     try:
         cases = load_cases(cases_path)
     except OSError as error:
         raise InputError(f"{cases_path}: {error.strerror or error}") from error
-    data_dir = Path(args.data_dir) / "guard_eval"
+    data_dir = settings.data_dir / "guard_eval"
     summary = ingest([cases_path.parent / "docs"], data_dir, progress=not args.json)
     if summary["failed"]:
         print(f"rag-pipeline: {len(summary['failed'])} attack documents failed to ingest: {summary['failed']}",
               file=sys.stderr)
-    settings = Settings(data_dir=data_dir, semantic_cache=False)
+    settings = load_settings(data_dir=data_dir, semantic_cache=False)  # the attack corpus's own deployment
     retriever = open_retriever(settings, semantic_cache=False)
     try:
         report = evaluate(answerer(settings, retriever), cases, top_k=args.top_k,
@@ -468,11 +465,11 @@ def print_sources(answer: Any) -> None:
             print(f"    also at {other}")
 
 
-def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
-    from rag_pipeline.index.sidecar import Sidecar
+def print_ingest_summary(summary: dict[str, Any], settings: Settings) -> None:
+    from rag_pipeline.sidecar import Sidecar
 
     print(f"{'type':6} {'documents':>9} {'failed':>6} {'chunks':>7} {'redactions':>10}")
-    for row in Sidecar(Settings(data_dir=data_dir).sidecar_path).totals_by_type():
+    for row in Sidecar(settings.sidecar_path).totals_by_type():
         print(f"{row['doc_type']:6} {row['documents']:>9} {row['failed']:>6} {row['chunks']:>7} "
               f"{row['redactions']:>10}")
     print(f"added {summary['added']}, unchanged {summary['unchanged']}, moved {summary['moved']}, "
@@ -488,12 +485,11 @@ def print_ingest_summary(summary: dict[str, Any], data_dir: str) -> None:
         print(f"  failed: {failure['path']}: {failure['error']}")
 
 
-def run_query(args: argparse.Namespace) -> int:
+def run_query(args: argparse.Namespace, settings: Settings) -> int:
     """One typed metadata query; a table of its rows (or the result JSON)."""
-    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.sidecar import Sidecar
     from rag_pipeline.structured.query import QueryRunner
 
-    settings = Settings(data_dir=args.data_dir)
     body = {"op": args.op, "field": args.field, "by": args.by, "where": args.where, "limit": args.limit}
     result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
     if args.json:
@@ -509,14 +505,13 @@ def run_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_chat(args: argparse.Namespace) -> int:
+def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     """One turn (or a REPL with readline editing and history), through the same service as POST /chat."""
     from rag_pipeline import components
-    from rag_pipeline.chat.service import ChatService
-    from rag_pipeline.index.sidecar import Sidecar
+    from rag_pipeline.chat.turn import ChatService
     from rag_pipeline.llm import build_llm
+    from rag_pipeline.sidecar import Sidecar
 
-    settings = Settings(data_dir=args.data_dir)
     retriever = components.open_retriever(settings)
     try:
         service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
@@ -574,12 +569,11 @@ def print_turn(service, message: str, session: str | None, as_json: bool) -> dic
     return done
 
 
-def run_fields(args: argparse.Namespace) -> int:
-    from rag_pipeline.index.sidecar import Sidecar
+def run_fields(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.inspect import format_rows
+    from rag_pipeline.sidecar import Sidecar
     from rag_pipeline.structured.query import load_registry
 
-    settings = Settings(data_dir=args.data_dir)
     registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_path)).values()]
     if args.json:
         print(json.dumps({"fields": registry}))
@@ -591,34 +585,29 @@ def run_fields(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_inspect(args: argparse.Namespace) -> int:
+def run_inspect(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.inspect import format_rows, inspect
 
-    rows, title = inspect(Settings(data_dir=args.data_dir), args)
+    rows, title = inspect(settings, args)
     print(json.dumps(rows, default=str) if args.json else format_rows(rows, title))
     return 0
 
 
-def run_serve(args: argparse.Namespace) -> int:
+def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.api import serve
     from rag_pipeline.serve.auth import access_log
     from rag_pipeline.serve.keys import Keyring, check_bind
 
-    settings = Settings(data_dir=args.data_dir)
     check_bind(args.host, Keyring(settings))
     access_log.setLevel(logging.INFO)
     serve(settings, host=args.host, port=args.port)
     return 0
 
 
-def keys_path(args: argparse.Namespace) -> Path:
-    return Settings(data_dir=args.data_dir).api_keys_path
-
-
-def run_keys_create(args: argparse.Namespace) -> int:
+def run_keys_create(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.keys import create_key
 
-    key, token = create_key(keys_path(args), args.name, args.role, tuple(args.tags), tuple(args.sources))
+    key, token = create_key(settings.api_keys_path, args.name, args.role, tuple(args.tags), tuple(args.sources))
     if args.json:
         print(json.dumps({"name": key.name, "token": token, "role": key.role, "tags": list(key.tags),
                           "sources": list(key.sources)}))
@@ -629,10 +618,10 @@ def run_keys_create(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_keys_list(args: argparse.Namespace) -> int:
+def run_keys_list(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.keys import read_keys
 
-    keys = [key.to_json() for key in read_keys(keys_path(args))]
+    keys = [key.to_json() for key in read_keys(settings.api_keys_path)]
     if args.json:
         print(json.dumps({"keys": keys}))
     for key in [] if args.json else keys:
@@ -644,10 +633,10 @@ def scope_text(key: dict[str, Any]) -> str:
     return "".join(f", {field}: {', '.join(key[field])}" for field in ("tags", "sources") if key[field])
 
 
-def run_keys_revoke(args: argparse.Namespace) -> int:
+def run_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.keys import revoke_key
 
-    revoke_key(keys_path(args), args.name)
+    revoke_key(settings.api_keys_path, args.name)
     print(json.dumps({"revoked": args.name}) if args.json else f"revoked API key {args.name!r}")
     return 0
 
@@ -668,7 +657,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     warnings.filterwarnings("ignore", message=".*is currently in beta")
     try:
-        return args.run(args)
+        from rag_pipeline.components import load_settings
+
+        settings = load_settings(data_dir=args.data_dir)  # once: every command gets these
+        return args.run(args, settings)
     except RagError as error:
         prefix = "ingest failed: " if isinstance(error, IngestFailed) else ""
         print(f"rag-pipeline: {prefix}{error}", file=sys.stderr)

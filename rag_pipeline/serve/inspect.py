@@ -17,9 +17,9 @@ from typing import Any
 
 from rag_pipeline import components
 from rag_pipeline.errors import NotFound
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.roster import STATUSES
 
 TEXT_PREVIEW = 80
@@ -72,11 +72,11 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
     if args.view == "redactions":
         return sidecar.query("SELECT kind, SUM(count) AS findings, COUNT(DISTINCT sha) AS documents FROM redactions "
                              "GROUP BY kind ORDER BY findings DESC, kind"), "redactions by kind"
-    with components.query_store(settings) as store:
-        info = store.info()
     registry = components.generations(settings)
+    with registry.query_store() as store:
+        info = store.info()
     info["active_generation"] = registry.active_id()
-    info["target_generation"] = components.target_generation(settings).id
+    info["target_generation"] = registry.target().id
     info["generations"] = ", ".join(generation.describe() for generation in registry.all().values())
     return info, "collection"
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rag_pipeline import components
-from rag_pipeline.embedder import Embedder, EmbedderUnavailable
+from rag_pipeline.embed.embedder import Embedder, EmbedderUnavailable
 from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.index.vector_store import collection_name, is_connection_error, store_unreachable

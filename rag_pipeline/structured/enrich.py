@@ -25,15 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from rag_pipeline.embedder import Embedder
+from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.errors import RagError, Unavailable
-from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.fields.registry import FieldSpec, declared_fields, field_rows
+from rag_pipeline.fields.values import FieldValue, coerce, typed_value
 from rag_pipeline.ingest.embed import read_vectors
-from rag_pipeline.ingest.fields import FieldValue, coerce, typed_value
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.llm import ChatModel
 from rag_pipeline.settings import Settings
-from rag_pipeline.structured.registry import FieldSpec, declared_fields, field_rows
+from rag_pipeline.sidecar import Sidecar
 
 LEAD_CHARS = 300
 LLM_INPUT_CHARS = 6000

@@ -3,12 +3,12 @@ launch a run, so an ingest that changed nothing stays cheap."""
 
 from __future__ import annotations
 
-from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.ingest.index import FIELD_LABELS, field_labels_digest
+from rag_pipeline.fields.registry import filterable_fields
+from rag_pipeline.ingest.vector_index import FIELD_LABELS, field_labels_digest
 from rag_pipeline.llm import build_llm
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.enrich import stale_enrichments
-from rag_pipeline.structured.registry import filterable_fields
 from rag_pipeline.structured.roster import stale_rosters
 
 

@@ -28,11 +28,11 @@ from typing import Any, Literal
 import duckdb
 
 from rag_pipeline.errors import InputError, QueryTimeout
-from rag_pipeline.index.sidecar import Sidecar, records
+from rag_pipeline.fields.registry import RegistryField, build_registry, declared_fields
+from rag_pipeline.fields.values import FieldKind, text_kind
 from rag_pipeline.index.vector_store import Scope
-from rag_pipeline.ingest.fields import FieldKind, text_kind
 from rag_pipeline.settings import Settings
-from rag_pipeline.structured.registry import RegistryField, build_registry, declared_fields
+from rag_pipeline.sidecar import Sidecar, records
 
 Op = Literal["count", "list", "distinct", "group_by", "top_n", "lookup"]
 OPS: tuple[Op, ...] = ("count", "list", "distinct", "group_by", "top_n", "lookup")

@@ -26,11 +26,11 @@ from typing import Any
 import duckdb
 
 from rag_pipeline.errors import ConfigError
-from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.ingest.fields import FieldKind, FieldValue, coerce, field_name, text_kind, typed_value
-from rag_pipeline.ingest.sources import read_sources_file
+from rag_pipeline.fields.registry import BUILTIN_FIELDS, FieldSpec, declared_fields, field_rows
+from rag_pipeline.fields.values import FieldKind, FieldValue, coerce, field_name, text_kind, typed_value
 from rag_pipeline.settings import Settings
-from rag_pipeline.structured.registry import BUILTIN_FIELDS, FieldSpec, declared_fields, field_rows
+from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.sources_file import read_sources_file
 
 ROSTER_KEYS = ("path", "key", "document_key", "authoritative")
 STATUSES = ("MATCH", "MISMATCH", "NOT_STATED", "MISSING_IN_ROSTER", "ROSTER_ONLY", "AMBIGUOUS_KEY")

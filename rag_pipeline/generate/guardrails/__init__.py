@@ -7,8 +7,8 @@ hidden with invisible characters. ``output`` validates the generated answer: ``v
 cleans it or refuses it with ``REFUSAL``.
 """
 
+from rag_pipeline.generate.guardrails.injection_rules import RULES
 from rag_pipeline.generate.guardrails.output import REFUSAL, validate_output
-from rag_pipeline.generate.guardrails.rules import RULES
 from rag_pipeline.generate.guardrails.scan import Finding, quarantined, reveal_hidden, scan_text
 
 __all__ = ["REFUSAL", "RULES", "Finding", "quarantined", "reveal_hidden", "scan_text", "validate_output"]

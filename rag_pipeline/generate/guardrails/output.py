@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from rag_pipeline.generate.guardrails.rules import LINK, REF_DEF, URL, rule_matches, strip_url
+from rag_pipeline.generate.guardrails.injection_rules import LINK, REF_DEF, URL, rule_matches, strip_url
 from rag_pipeline.generate.guardrails.scan import INVISIBLE_RE, TAG_RE, Finding, escape_hidden, reveal_hidden, scan_text
 
 REFUSAL = (

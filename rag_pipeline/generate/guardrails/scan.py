@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rag_pipeline.generate.guardrails.rules import RuleMatch, Severity, rule_matches
+from rag_pipeline.generate.guardrails.injection_rules import RuleMatch, Severity, rule_matches
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from rag_pipeline.chat.planner import FieldCatalog
 from rag_pipeline.chat.tools import Tools
 from rag_pipeline.errors import InputError
 from rag_pipeline.generate.answerer import Answerer
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.index.vector_store import Filters, Scope
 from rag_pipeline.llm import ChatModel
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.query import QueryRunner, load_registry, named_values
 
 MAX_MESSAGE_CHARS = 4000

@@ -8,11 +8,11 @@ from typing import Any
 from rag_pipeline import components
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.evaluate.golden import load_golden
+from rag_pipeline.evaluate.golden_run import Granularity, evaluate_golden
 from rag_pipeline.evaluate.judge import Judge
-from rag_pipeline.evaluate.runner import Granularity, evaluate_golden
-from rag_pipeline.index.sidecar import Sidecar
 from rag_pipeline.llm import build_llm
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.query import QueryRunner
 
 HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr@10", "map", "precision@5", "success@1")
@@ -46,8 +46,8 @@ def evaluate_chat_on_index(settings: Settings, golden_path: str | Path, paraphra
     """/chat next to /ask on the golden set (and its paraphrases and conversations) over the current index."""
     import yaml
 
-    from rag_pipeline.chat.service import ChatService
-    from rag_pipeline.evaluate.chat import evaluate_chat
+    from rag_pipeline.chat.turn import ChatService
+    from rag_pipeline.evaluate.chat_eval import evaluate_chat
 
     sidecar = Sidecar(settings.sidecar_path)
     golden = load_golden(golden_path)

@@ -47,3 +47,23 @@ def special_token_count(directory: Path) -> int:
     tokenizer = model_tokenizer(directory)
     with_specials, without = (tokenizer.encode("", add_special_tokens=flag).ids for flag in (True, False))
     return len(with_specials) - len(without)
+
+
+# Modules after which a sentence-transformers model's output dimension is still the pooling dimension.
+DIMENSION_PRESERVING_MODULES = {"Transformer", "Pooling", "Normalize"}
+
+
+def declared_dimension(model_path: str | None = None) -> int | None:
+    """The output dimension a local sentence-transformers model declares in its files, without loading it.
+
+    None when the model has a module that may change the dimension (e.g. Dense): then only loading tells.
+    """
+    path = model_dir(model_path)
+    try:
+        modules = json.loads((path / "modules.json").read_text())
+        if any(module["type"].rsplit(".", 1)[-1] not in DIMENSION_PRESERVING_MODULES for module in modules):
+            return None
+        pooling = next(module for module in modules if module["type"].endswith("Pooling"))
+        return int(json.loads((path / pooling["path"] / "config.json").read_text())["word_embedding_dimension"])
+    except (OSError, ValueError, KeyError, StopIteration):
+        return None

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from rag_pipeline.index.sidecar import Sidecar
+from rag_pipeline.fields.registry import filterable_fields
 from rag_pipeline.index.sparse import encode_document
 from rag_pipeline.index.vector_store import (
     IndexedChunk,
@@ -27,7 +27,7 @@ from rag_pipeline.ingest.chunk import Chunk, contextual_text, document_name, rea
 from rag_pipeline.ingest.embed import read_vectors
 from rag_pipeline.ingest.stage import StageFigures, StageReport, describe, stored_sources, stored_tags, stores
 from rag_pipeline.settings import Settings
-from rag_pipeline.structured.registry import filterable_fields
+from rag_pipeline.sidecar import Sidecar
 
 UPSERT_BATCH = 1024
 FIELD_LABELS = "field_labels"  # the key labelled_rows adds to a sidecar row

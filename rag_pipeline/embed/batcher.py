@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rag_pipeline.embedder import Embedder
+from rag_pipeline.embed.embedder import Embedder
 
 
 @dataclass

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rag_pipeline.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, normalise
-from rag_pipeline.model_files import max_seq_length, model_dir, model_tokenizer
-from rag_pipeline.onnx_export import OnnxRuntimeKind, exported_model
+from rag_pipeline.embed.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, normalise
+from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_tokenizer
+from rag_pipeline.embed.onnx_export import OnnxRuntimeKind, exported_model
 
 if TYPE_CHECKING:
     from onnxruntime import InferenceSession

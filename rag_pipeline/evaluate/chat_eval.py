@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from rag_pipeline.chat.memory import LOCAL_OWNER
-from rag_pipeline.chat.service import ChatService
+from rag_pipeline.chat.turn import ChatService
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.evaluate.aggregation import answer_of, is_correct
 from rag_pipeline.evaluate.answers import contains

@@ -12,14 +12,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rag_pipeline import components
 from rag_pipeline.errors import StoreLocked
 from rag_pipeline.index.generations import Generation
-from rag_pipeline.index.sidecar import Sidecar
-from rag_pipeline.ingest.index import chunk_mismatches, expected_chunks
+from rag_pipeline.index.lifecycle import IndexGenerations
 from rag_pipeline.ingest.membership import stored_manifest
 from rag_pipeline.ingest.plan import pending_shards
+from rag_pipeline.ingest.vector_index import chunk_mismatches, expected_chunks
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 
 
 @dataclass
@@ -44,25 +44,25 @@ class GenerationReport:
         return asdict(self)
 
 
-def finalize_generation(settings: Settings, sidecar: Sidecar) -> GenerationReport:
+def finalize_generation(settings: Settings, sidecar: Sidecar, generations: IndexGenerations) -> GenerationReport:
     """Switch to the target generation if it is not active yet, complete and checks out; drop generations beyond
     the ones kept. When the target is already active there is nothing to check (its runs' checks guard it)."""
-    registry = components.generations(settings)
-    target = components.target_generation(settings)
-    report = GenerationReport(target=target.id, active=registry.active_id())
+    target = generations.target()
+    report = GenerationReport(target=target.id, active=generations.active_id())
     if report.active != target.id:
         try:
-            switch_if_complete(settings, sidecar, target, report)
+            switch_if_complete(settings, sidecar, generations, target, report)
         except StoreLocked as error:  # another process holds the embedded store: a later step switches
             report.waiting = str(error)
-    drop_old_generations(settings, report)
+    drop_old_generations(settings, generations, report)
     return report
 
 
-def switch_if_complete(settings: Settings, sidecar: Sidecar, target: Generation, report: GenerationReport) -> None:
+def switch_if_complete(settings: Settings, sidecar: Sidecar, generations: IndexGenerations, target: Generation,
+                       report: GenerationReport) -> None:
     """Check the target generation over every shard and switch queries to it when it is complete."""
     begin = time.perf_counter()
-    with components.vector_store(settings) as store:
+    with generations.building() as store:
         report.pending_shards = pending_shards(settings, stored_manifest(sidecar), sidecar, store)
         if not report.pending_shards:
             documents = {row["sha"] for row in sidecar.query("SELECT sha FROM documents")}
@@ -72,22 +72,21 @@ def switch_if_complete(settings: Settings, sidecar: Sidecar, target: Generation,
     report.check_seconds = round(time.perf_counter() - begin, 3)
     if not report.pending_shards and not report.check_failures:
         begin = time.perf_counter()
-        report.previous = components.activate_generation(settings, target)
+        report.previous = generations.activate(target)
         report.switch_ms = round((time.perf_counter() - begin) * 1000, 2)
         report.switched, report.active = True, target.id
 
 
-def drop_old_generations(settings: Settings, report: GenerationReport) -> None:
+def drop_old_generations(settings: Settings, generations: IndexGenerations, report: GenerationReport) -> None:
     """Drop the generations that are neither active, nor being built, nor among the newest kept
     (RAG_KEEP_GENERATIONS counts the active one). One still open elsewhere is dropped by a later step."""
-    registry = components.generations(settings)
-    others = sorted((generation for gid, generation in registry.all().items()
+    others = sorted((generation for gid, generation in generations.all().items()
                      if gid not in (report.active, report.target)), key=lambda g: g.created_at, reverse=True)
     keep = settings.keep_generations - 1
     report.kept = [generation.id for generation in others[:keep]]
     for generation in others[keep:]:
         try:
-            store = components.open_generation(settings, generation)
+            store = generations.open(generation)
         except StoreLocked as error:  # open in another process
             report.drop_deferred[generation.id] = str(error)
             continue
@@ -97,5 +96,5 @@ def drop_old_generations(settings: Settings, report: GenerationReport) -> None:
             store.close()
             report.drop_deferred[generation.id] = str(error)
             continue
-        registry.forget(generation.id)
+        generations.forget(generation.id)
         report.dropped.append(generation.id)

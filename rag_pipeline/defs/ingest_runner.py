@@ -18,9 +18,8 @@ from typing import Any
 
 import dagster as dg
 
-from rag_pipeline import components
 from rag_pipeline.defs.assets import GENERATION, INGEST_ASSETS, TOTALS, corpus_summary, index_generation
-from rag_pipeline.defs.fields import document_enrichment, roster
+from rag_pipeline.defs.field_assets import document_enrichment, roster
 from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed
@@ -108,7 +107,8 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
     summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs])
-    target = components.target_generation(settings)
+    generations = rag.generations()
+    target = generations.target()
     with dagster_instance() as instance:
         for run in shard_runs(shards):
             result = dg.materialize(
@@ -118,7 +118,7 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
             if not result.success:
                 raise IngestFailed(run_failure(result))
             summary.add_run(result.run_id, stage_totals(result))
-        if shards or components.generations(settings).active_id() != target.id or stale_fields(settings, sidecar):
+        if shards or generations.active_id() != target.id or stale_fields(settings, sidecar):
             after = [document_enrichment, roster, index_generation, corpus_summary]
             result = dg.materialize([*after, *INGEST_ASSETS], selection=after, resources={"rag": rag},
                                     instance=instance, run_config=QUIET_LOGS)

@@ -411,6 +411,13 @@ class Sidecar:
                 [shas, names]).fetchall()
         return {sha: list(labels) for sha, labels in rows}
 
+    def most_common_chunk_set(self) -> str | None:
+        """The chunking id most documents were chunked with (None before any was chunked)."""
+        with self.connect() as con:
+            row = con.execute("SELECT chunk_set FROM documents WHERE chunk_set IS NOT NULL GROUP BY chunk_set "
+                              "ORDER BY count(*) DESC LIMIT 1").fetchone()
+        return row[0] if row else None
+
     def get_state(self, key: str) -> str | None:
         with self.connect() as con:
             row = con.execute("SELECT value FROM state WHERE key = ?", [key]).fetchone()

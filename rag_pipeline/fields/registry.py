@@ -22,9 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from rag_pipeline.errors import ConfigError, InputError
-from rag_pipeline.index.vector_store import FIELDS_FIELD, FILTER_KEYS, Condition, Filters, filter_values
-from rag_pipeline.ingest.fields import (
+from rag_pipeline.errors import ConfigError
+from rag_pipeline.fields.values import (
     FIELD_KINDS,
     FIELD_NAME,
     DocumentFields,
@@ -34,8 +33,8 @@ from rag_pipeline.ingest.fields import (
     scalar_text,
     text_kind,
 )
-from rag_pipeline.ingest.sources import read_sources_file
 from rag_pipeline.settings import Settings
+from rag_pipeline.sources_file import read_sources_file
 
 EnrichMethod = Literal["llm", "classify", "lead"]
 ENRICH_METHODS: tuple[EnrichMethod, ...] = ("llm", "classify", "lead")
@@ -155,32 +154,6 @@ def declared_fields(settings: Settings) -> dict[str, FieldSpec]:
 def filterable_fields(settings: Settings) -> list[str]:
     """The declared fields copied to the chunk payload (search's --filter FIELD=VALUE)."""
     return sorted(name for name, spec in declared_fields(settings).items() if spec.filterable)
-
-
-def label_value(kind: FieldKind, value: str) -> str:
-    """A filter value as the points' labels spell it (numbers without a trailing .0, dates in ISO form)."""
-    inferred, parsed = text_kind(value)
-    return scalar_text(parsed) if inferred == kind and kind in ("number", "date") else value.strip()
-
-
-def field_conditions(filters: Filters | None, filterable: Mapping[str, FieldKind]
-                     ) -> tuple[Filters | None, list[Condition]]:
-    """Split search filters into the built-in ones (left to parse_filters) and conditions on the declared filterable
-    fields (a point matches when its document's field has the value; on a list field, contains it)."""
-    if filters is None or not isinstance(filters, Mapping):
-        return filters, []
-    builtin, conditions = {}, []
-    for key, value in filters.items():
-        if key in FILTER_KEYS:
-            builtin[key] = value
-            continue
-        if key not in filterable:
-            allowed = ", ".join([*FILTER_KEYS, *sorted(filterable)])
-            raise InputError(f"unknown filter field {key!r}; allowed: {allowed} (a document field is a filter when "
-                             "it is declared filterable: true)", code="unknown_filter_field")
-        labels = tuple(f"{key}={label_value(filterable[key], item)}" for item in filter_values(key, value))
-        conditions.append(Condition(FIELDS_FIELD, "value" if len(labels) == 1 else "any", labels))
-    return builtin, conditions
 
 
 def stored_name(name: str) -> str:

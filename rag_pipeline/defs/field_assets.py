@@ -7,7 +7,7 @@ import dagster as dg
 
 from rag_pipeline.defs.assets import OWNERS, metadata_sidecar
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.ingest.index import sync_field_labels
+from rag_pipeline.ingest.vector_index import sync_field_labels
 from rag_pipeline.llm import build_llm
 from rag_pipeline.structured.enrich import Enricher, enrichment_summary, failures
 from rag_pipeline.structured.roster import STATUSES, load_rosters
