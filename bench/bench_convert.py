@@ -15,7 +15,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from rag_pipeline.ingest.convert import POOL_MIN_DOCUMENTS, DocumentConverter, conversions
+from rag_pipeline.ingest.convert import POOL_MIN_DOCUMENTS, conversions
+from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.settings import Settings
 
 DOCUMENTS = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "documents"

@@ -10,12 +10,6 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-# Extension -> normalised document type: the file types that are ingested.
-DOC_TYPES: dict[str, str] = {
-    "md": "md", "markdown": "md", "txt": "txt", "pdf": "pdf",
-    "docx": "docx", "html": "html", "htm": "html", "pptx": "pptx",
-}
-ACCEPTED_EXTENSIONS: tuple[str, ...] = tuple(DOC_TYPES)
 # Local parts of role addresses (support@, info@, ...) that PII redaction keeps (RAG_ROLE_EMAIL_PREFIXES).
 DEFAULT_ROLE_EMAIL_PREFIXES: tuple[str, ...] = (
     "support", "info", "help", "contact", "sales", "admin", "noreply", "no-reply",
@@ -54,7 +48,8 @@ class Settings(BaseSettings):
     ignore: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: [".git/**", "**/.git/**", "**/.DS_Store", "**/~$*", "**/.*.swp"]
     )
-    extensions: Annotated[list[str], NoDecode] = Field(default_factory=lambda: list(ACCEPTED_EXTENSIONS))
+    # The file extensions ingested (RAG_EXTENSIONS=md,pdf); unset: every format's (ingest/formats.py).
+    extensions: Annotated[list[str], NoDecode] | None = None
     max_file_bytes: int = 50 * 1024 * 1024
     # Corpus rules (include/exclude globs, types, size bounds, per-folder tags) in a YAML file; see ingest/corpus_rules.py.
     # They apply to the source `default` (RAG_ROOTS, or roots given to `ingest` without --source).

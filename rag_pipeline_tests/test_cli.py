@@ -10,7 +10,7 @@ import pytest
 
 from rag_pipeline import errors
 from rag_pipeline.evaluate.golden import GoldenSetError
-from rag_pipeline.ingest.convert import ConversionError
+from rag_pipeline.ingest.converters import ConversionError
 from rag_pipeline.serve.cli import exit_code, main
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pipeline.ingest.convert import ConversionError, ConvertedDocument, DocumentConverter
+from rag_pipeline.ingest.converters import ConversionError, ConvertedDocument, DocumentConverter
 
 from .conftest import DOCUMENTS
 

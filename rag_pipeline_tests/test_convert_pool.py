@@ -13,14 +13,8 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.defs.ingest_runner import ingest
-from rag_pipeline.ingest.convert import (
-    POOL_MIN_DOCUMENTS,
-    DocumentConverter,
-    Outcome,
-    conversions,
-    convert_outcome,
-    worker_handler,
-)
+from rag_pipeline.ingest.convert import POOL_MIN_DOCUMENTS, Outcome, conversions, convert_outcome, worker_handler
+from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
 from rag_pipeline.settings import Settings
 

@@ -9,7 +9,7 @@ import pytest
 
 from rag_pipeline.fields.registry import FieldSpec, declared_values, parse_field_spec
 from rag_pipeline.fields.values import FieldValue, coerce, field_name
-from rag_pipeline.ingest.convert import DocumentConverter
+from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.stated_fields import front_matter_fields, split_front_matter
 from rag_pipeline.structured.enrich import lead, validate_reply
 

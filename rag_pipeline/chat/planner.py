@@ -15,15 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rag_pipeline.fields.registry import RegistryField
+from rag_pipeline.ingest.formats import FORMATS
 
 SEMANTIC_SEARCH = "semantic_search"
 QUERY_METADATA = "query_metadata"
 DEFAULT_TOP = 5
 NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
                 "ten": 10, "twenty": 20}
-TYPE_WORDS = {"pdf": "pdf", "pdfs": "pdf", "docx": "docx", "word": "docx", "pptx": "pptx", "powerpoint": "pptx",
-              "slide decks": "pptx", "slides": "pptx", "presentations": "pptx", "html": "html", "web pages": "html",
-              "markdown": "md", "md": "md", "text files": "txt", "txt": "txt"}
+TYPE_WORDS = {word: fmt.doc_type for fmt in FORMATS for word in fmt.words}  # "slides" -> pptx
 NOT_VALUES = {"id", "path", "ingested_at", "chars", "pages", "folder"}  # values a question names only with the field
 UNNAMED = {"id", "path", "pages", "chars", "ingested_at"}  # built-ins whose names are ordinary words in questions
 MONTHS = {month: number for number, month in enumerate(

@@ -13,7 +13,7 @@ from rag_pipeline import components
 from rag_pipeline.embed.embedder import Embedder, EmbeddingCache
 from rag_pipeline.index.lifecycle import IndexGenerations
 from rag_pipeline.index.vector_store import VectorStore
-from rag_pipeline.ingest.convert import DocumentConverter
+from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.discover import Manifest, discover_sources
 from rag_pipeline.ingest.membership import current_manifest, record_discovery
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec, configured_sources, resolve_source

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from rag_pipeline.errors import ConfigError
-from rag_pipeline.settings import DOC_TYPES
+from rag_pipeline.ingest.formats import DOC_TYPES
 
 KEYS = ("include", "exclude", "types", "min_bytes", "max_bytes", "tags")
 TAG = re.compile(r"\w[\w.:/-]*")  # (whole) a word character, then word characters, dots, colons, slashes, dashes
@@ -104,9 +104,9 @@ def parse_rules(raw: object, source: str) -> CorpusRules:
             problems.append(f"{key} must be a list of strings")
             value = []
         lists[key] = tuple(item.strip() for item in value)
-    unknown_types = sorted(set(lists["types"]) - set(DOC_TYPES.values()))
+    unknown_types = sorted(set(lists["types"]) - set(DOC_TYPES))
     if unknown_types:
-        problems.append(f"unknown type(s) {', '.join(unknown_types)} (allowed: {', '.join(sorted(set(DOC_TYPES.values())))})")
+        problems.append(f"unknown type(s) {', '.join(unknown_types)} (allowed: {', '.join(sorted(DOC_TYPES))})")
     bounds = {}
     for key in ("min_bytes", "max_bytes"):
         value = raw.get(key)

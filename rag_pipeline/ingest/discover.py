@@ -5,18 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, ignoring_pattern
+from rag_pipeline.ingest.formats import Format, Head, enabled_extensions, format_of_path
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
-from rag_pipeline.settings import DOC_TYPES, Settings
-
-TEXT_TYPES = frozenset({"md", "txt", "html"})
-SNIFF_BYTES = 64 * 1024
+from rag_pipeline.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -93,51 +90,18 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def sniff(path: Path, doc_type: str) -> None:
-    """Refuse a file whose bytes do not belong to its extension's family."""
-    with path.open("rb") as handle:
-        head = handle.read(SNIFF_BYTES)
-    if doc_type == "pdf":
-        if b"%PDF-" not in head[:1024]:
-            raise RefusedFile("not a PDF: no %PDF- header in the first 1024 bytes")
-    elif doc_type in ("docx", "pptx"):
-        if not head.startswith(b"PK\x03\x04"):
-            raise RefusedFile(f"not a {doc_type.upper()}: not a ZIP/Office Open XML container")
-        part = "word/" if doc_type == "docx" else "ppt/"
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
-        except zipfile.BadZipFile as exc:
-            raise RefusedFile(f"not a {doc_type.upper()}: corrupt ZIP container ({exc})") from exc
-        if not any(name.startswith(part) for name in names):
-            raise RefusedFile(f"not a {doc_type.upper()}: the container has no {part} part")
-    elif doc_type in TEXT_TYPES:
-        # HTML may declare its own charset; Markdown and text have no such declaration and must be UTF-8.
-        check_text(head, complete=path.stat().st_size <= SNIFF_BYTES, require_utf8=doc_type != "html")
-
-
-def check_text(head: bytes, *, complete: bool, require_utf8: bool) -> None:
-    """Text must be UTF-8 (optionally with BOM) or BOM-marked UTF-16, and contain no NUL bytes."""
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return
-    if b"\x00" in head:
-        raise RefusedFile("binary content (NUL bytes) in a text file")
-    if not require_utf8:
-        return
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # A multi-byte character cut by the sniff window is fine; anything else is a bad encoding.
-        if complete or exc.start < len(head) - 4:
-            raise RefusedFile(
-                f"bad encoding: not valid UTF-8 (byte 0x{head[exc.start]:02x} at offset {exc.start})"
-            ) from exc
+def sniff(path: Path, fmt: Format) -> None:
+    """Refuse a file whose bytes do not belong to its extension's format."""
+    reason = fmt.refusal(Head.read(path=path))
+    if reason is not None:
+        raise RefusedFile(reason)
 
 
 def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | None = None) -> SourceFile:
     """Validate one candidate file (found by walking `root`, a resolved folder) and hash it; raise RefusedFile with
     a human reason."""
-    doc_type = DOC_TYPES[path.suffix.lower().lstrip(".")]
+    fmt = format_of_path(path)
+    assert fmt is not None  # walk() yields only files of an ingested type
     try:
         # discover() walks resolved roots without following folder symlinks: only a file symlink needs resolving
         resolved = path.resolve(strict=True) if path.is_symlink() else path
@@ -160,13 +124,13 @@ def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | N
         if cached and cached[0] == stat.st_size and cached[1] == stat.st_mtime_ns:
             sha = cached[2]
         else:
-            sniff(resolved, doc_type)
+            sniff(resolved, fmt)
             sha = sha256_file(resolved)
             if cache is not None:
                 cache[key] = (stat.st_size, stat.st_mtime_ns, sha)
     except OSError as exc:
         raise RefusedFile(f"cannot read: {exc.strerror or exc}") from exc
-    return SourceFile(path=str(path), root=str(root), sha256=sha, size=stat.st_size, doc_type=doc_type)
+    return SourceFile(path=str(path), root=str(root), sha256=sha, size=stat.st_size, doc_type=fmt.doc_type)
 
 
 def rule_exclusion(rules: CorpusRules, path: Path, root: Path) -> str | None:
@@ -175,7 +139,9 @@ def rule_exclusion(rules: CorpusRules, path: Path, root: Path) -> str | None:
         size = path.stat().st_size
     except OSError:
         return None
-    return rules.exclusion(path.relative_to(root).as_posix(), DOC_TYPES[path.suffix.lower().lstrip(".")], size)
+    fmt = format_of_path(path)
+    assert fmt is not None
+    return rules.exclusion(path.relative_to(root).as_posix(), fmt.doc_type, size)
 
 
 def dedupe_roots(roots: Iterable[Path | str]) -> list[Path]:
@@ -188,12 +154,12 @@ def dedupe_roots(roots: Iterable[Path | str]) -> list[Path]:
     return kept
 
 
-def walk(root: Path, ignore: Sequence[str], extensions: Sequence[str]
+def walk(root: Path, ignore: Sequence[str], extensions: Sequence[str] | None
          ) -> Iterator[tuple[Path, str | None, str | None]]:
     """Every file (and ignored folder) under root as (path, refusal, exclusion): a candidate has neither; a
     refusal is a problem (a symlink leaving the root); an exclusion is a choice (an ignore pattern, a type that is
     not ingested). Directory symlinks are not followed; ignored folders are not entered."""
-    wanted = {ext.lower().lstrip(".") for ext in extensions}
+    wanted = enabled_extensions(extensions)
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         rel_dir = here.relative_to(root).as_posix()
@@ -217,7 +183,7 @@ def walk(root: Path, ignore: Sequence[str], extensions: Sequence[str]
             pattern = ignoring_pattern(rel, ignore)
             if pattern:
                 yield here / name, None, f"ignored by pattern {pattern!r} (RAG_IGNORE)"
-            elif suffix not in wanted or suffix not in DOC_TYPES:
+            elif suffix not in wanted:
                 yield here / name, None, f"type {'.' + suffix if suffix else '(no extension)'} is not ingested " \
                                          f"(RAG_EXTENSIONS: {', '.join(sorted(wanted))})"
             else:
@@ -228,7 +194,7 @@ def discover(
     roots: Iterable[Path | str],
     *,
     ignore: Sequence[str] = (),
-    extensions: Sequence[str] = tuple(DOC_TYPES),
+    extensions: Sequence[str] | None = None,
     max_file_bytes: int = 50 * 1024 * 1024,
     cache: HashCache | None = None,
     rules: CorpusRules | None = None,

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, ignoring_pattern
-from rag_pipeline.ingest.discover import TEXT_TYPES, Manifest, discover_sources
+from rag_pipeline.ingest.discover import Manifest, discover_sources
+from rag_pipeline.ingest.formats import format_of
 from rag_pipeline.ingest.redact import redact
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
@@ -63,7 +64,7 @@ def manifest_report(manifest: Manifest, roots: Sequence[str], *, pii_policy: str
             entry["bytes"] += source.size
     redactions = []
     for source in manifest.files:
-        if source.doc_type in TEXT_TYPES:
+        if format_of(source.doc_type).is_text:
             text = Path(source.path).read_text(encoding="utf-8", errors="replace")
             counts = redact(text, pii_policy=pii_policy, role_email_prefixes=role_email_prefixes).counts
             if counts:

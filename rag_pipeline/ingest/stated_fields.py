@@ -9,7 +9,6 @@ field error and the text is ingested all the same.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -114,23 +113,3 @@ def html_fields(path: Path) -> DocumentFields:
             continue
         fields.add(key, " ".join(str(content).split()), "html", infer_text=True)
     return fields
-
-
-READERS: dict[str, Callable[[Path], DocumentFields]] = {
-    "docx": lambda path: office_fields(path, "docx"),
-    "pptx": lambda path: office_fields(path, "pptx"),
-    "pdf": pdf_fields,
-    "html": html_fields,
-}
-
-
-def file_fields(path: Path, doc_type: str) -> DocumentFields:
-    """The properties a DOCX, PPTX, PDF or HTML file states (none for other types); never raises."""
-    reader = READERS.get(doc_type)
-    if reader is None:
-        return DocumentFields()
-    try:
-        return reader(path)
-    except Exception as error:  # a broken property part never fails the document
-        return DocumentFields(errors=[f"{doc_type}: cannot read the document properties: {type(error).__name__}: "
-                                      f"{str(error)[:200]}"])

@@ -14,14 +14,12 @@ new files and purges removed ones. No Dagster here: the API and the CLI call thi
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import tempfile
 import threading
 import unicodedata
 import uuid
-import zipfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -29,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.errors import Conflict, InputError, NotFound
+from rag_pipeline.ingest.formats import Head, enabled_extensions, format_of_path, recognise, text_refusal
 from rag_pipeline.ingest.sources import SourceSpec, check_source_name, configured_sources, upload_root
-from rag_pipeline.settings import DOC_TYPES, Settings
+from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
-SNIFF_HEAD = 1024
 MAX_FILENAME_CHARS = 100
 MAX_FILENAME_BYTES = 200
 FALLBACK_NAME = "upload"
@@ -65,34 +63,21 @@ class UploadResult:
 
 
 def sniff_upload(data: bytes, filename: str) -> str:
-    """The document type of the bytes (pdf, docx, pptx, html, md, txt); the name only tells Markdown from plain
-    text. RefusedUpload (empty_file, unsupported_type) naming the file and the reason otherwise."""
+    """The document type of the bytes (ingest/formats.py's table, tried in order); the name only tells Markdown
+    from plain text. RefusedUpload (empty_file, unsupported_type) naming the file and the reason otherwise."""
     if not data:
         raise RefusedUpload(f"{filename!r} is empty", code="empty_file")
-    if b"%PDF-" in data[:SNIFF_HEAD]:
-        return "pdf"
-    if data.startswith(b"PK\x03\x04"):
-        try:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                names = archive.namelist()
-        except zipfile.BadZipFile as error:
-            raise RefusedUpload(f"{filename!r} is a corrupt ZIP container ({error})") from error
-        if any(name.startswith("word/") for name in names):
-            return "docx"
-        if any(name.startswith("ppt/") for name in names):
-            return "pptx"
+    head = Head.read(data=data)
+    fmt = recognise(head, filename)
+    if fmt is not None:
+        return fmt.doc_type
+    if head.zip_error is not None:
+        raise RefusedUpload(f"{filename!r} is a corrupt ZIP container ({head.zip_error})")
+    if head.members is not None:
         raise RefusedUpload(f"{filename!r} is a ZIP archive that is neither DOCX nor PPTX (unsupported type)")
-    if b"\x00" in data:
+    if b"\x00" in head.data:
         raise RefusedUpload(f"{filename!r} is binary content (NUL bytes) of an unsupported type")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise RefusedUpload(f"{filename!r} is not UTF-8 text (byte 0x{data[error.start]:02x} at offset "
-                            f"{error.start}): an unsupported binary type") from error
-    start = text.lstrip().lower()
-    if start.startswith(("<!doctype html", "<html")) or b"<html" in data[:SNIFF_HEAD].lower():
-        return "html"
-    return "md" if filename.lower().endswith((".md", ".markdown")) else "txt"
+    raise RefusedUpload(f"{filename!r} is not UTF-8 text ({text_refusal(head)}): an unsupported binary type")
 
 
 def sanitize_filename(name: str, doc_type: str) -> str:
@@ -107,8 +92,9 @@ def sanitize_filename(name: str, doc_type: str) -> str:
     stem, dot, suffix = base.rpartition(".")
     if not dot:
         stem, suffix = base, ""
-    if suffix.lower() in DOC_TYPES:  # a known extension: replaced by the type's own unless it is one of them
-        extension = suffix.lower() if DOC_TYPES[suffix.lower()] == doc_type else doc_type
+    named = format_of_path(base) if dot else None
+    if named is not None:  # a known extension: replaced by the type's own unless it is one of them
+        extension = suffix.lower() if named.doc_type == doc_type else doc_type
     else:
         stem, extension = base, doc_type
     stem = stem.rstrip(". ")
@@ -173,9 +159,9 @@ def check_ingested(settings: Settings, spec: SourceSpec, filename: str, relative
     """Refuse a file the source's sync would leave out (RAG_EXTENSIONS, the source's rules at its `relative` path):
     stored, it would be listed as pending for ever."""
     extension = relative.rpartition(".")[2].lower()
-    if extension not in {ext.lower().lstrip(".") for ext in settings.extensions}:
+    if extension not in enabled_extensions(settings.extensions):
         raise RefusedUpload(f"{filename!r} is a {doc_type} document, which this server does not ingest "
-                            f"(RAG_EXTENSIONS: {', '.join(settings.extensions)})")
+                            f"(RAG_EXTENSIONS: {', '.join(settings.extensions or [])})")
     exclusion = spec.rules.exclusion(relative, doc_type, size) if spec.rules else None
     if exclusion:
         raise RefusedUpload(f"{filename!r} would not be ingested: {exclusion}", code="excluded_by_rules")
@@ -309,7 +295,8 @@ def list_documents(settings: Settings, source: str, scope_tags: Iterable[str] | 
 
 
 def doc_type_of(path: str) -> str | None:
-    return DOC_TYPES.get(Path(path).suffix.lower().lstrip("."))
+    fmt = format_of_path(path)
+    return fmt.doc_type if fmt else None
 
 
 def sources_overview(settings: Settings, with_roots: bool = False) -> list[dict[str, Any]]:
