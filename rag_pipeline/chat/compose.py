@@ -3,6 +3,7 @@ cited), then the extractive answer over the passages the searches gathered."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rag_pipeline.structured.query import QueryResult
@@ -43,21 +44,41 @@ def describe(args: dict[str, Any], result: QueryResult, first_citation: int) -> 
     if not result.rows and result.op != "count":
         return f"No document{scope} has a value for that."
     cite = "".join(f"[D{first_citation + index}]" for index in range(min(len(result.documents), 3)))
-    if result.op == "count":
-        return f"{result.rows[0]['count']} documents{scope} {cite}.".replace(" .", ".")
-    if result.op == "list":
-        labels = [document_label(row) for row in result.rows]
-        return f"{result.total_documents} documents{scope}: {names(labels)} {cite}.".replace(" .", ".")
-    if result.op == "distinct":
-        values = [str(row["value"]) for row in result.rows]
-        return f"The {args.get('field')} values{scope} are: {names(values)} {cite}.".replace(" .", ".")
-    if result.op == "group_by" or (result.op == "top_n" and not args.get("field")):
-        groups = [f"{row['value']}: {row['count']}" for row in result.rows]
-        label = args.get("by") or args.get("field")
-        return f"Documents per {label}{scope}: {names(groups)} {cite}.".replace(" .", ".")
-    if result.op == "top_n":
-        ranked = [f"{document_label(row)} ({row['value']})" for row in result.rows]
-        return f"Largest {args.get('field')}{scope}: {names(ranked)} {cite}.".replace(" .", ".")
+    return SENTENCES[result.op](args, result, scope, cite)
+
+
+def sentence(text: str) -> str:
+    """A sentence whose citations may be empty: no space before its full stop."""
+    return text.replace(" .", ".")
+
+
+def counted(args: dict[str, Any], result: QueryResult, scope: str, cite: str) -> str:
+    return sentence(f"{result.rows[0]['count']} documents{scope} {cite}.")
+
+
+def listed(args: dict[str, Any], result: QueryResult, scope: str, cite: str) -> str:
+    labels = [document_label(row) for row in result.rows]
+    return sentence(f"{result.total_documents} documents{scope}: {names(labels)} {cite}.")
+
+
+def distinct_values(args: dict[str, Any], result: QueryResult, scope: str, cite: str) -> str:
+    values = [str(row["value"]) for row in result.rows]
+    return sentence(f"The {args.get('field')} values{scope} are: {names(values)} {cite}.")
+
+
+def groups(args: dict[str, Any], result: QueryResult, scope: str, cite: str) -> str:
+    counts = [f"{row['value']}: {row['count']}" for row in result.rows]
+    return sentence(f"Documents per {args.get('by') or args.get('field')}{scope}: {names(counts)} {cite}.")
+
+
+def ranked(args: dict[str, Any], result: QueryResult, scope: str, cite: str) -> str:
+    if not args.get("field"):  # top_n --by: the most common values
+        return groups(args, result, scope, cite)
+    largest = [f"{document_label(row)} ({row['value']})" for row in result.rows]
+    return sentence(f"Largest {args.get('field')}{scope}: {names(largest)} {cite}.")
+
+
+def looked_up(args: dict[str, Any], result: QueryResult, scope: str, cite: str) -> str:
     sentences = []
     for row in result.rows[:LISTED]:
         label = document_label(row)
@@ -72,3 +93,10 @@ def describe(args: dict[str, Any], result: QueryResult, first_citation: int) -> 
     if not sentences:
         return f"No document{scope}."
     return " ".join(sentences) + (f" {cite}" if cite else "")
+
+
+# The sentence of each operation of structured/operations.py (test_operations.py checks every one has one).
+SENTENCES: dict[str, Callable[[dict[str, Any], QueryResult, str, str], str]] = {
+    "count": counted, "list": listed, "distinct": distinct_values, "group_by": groups, "top_n": ranked,
+    "lookup": looked_up,
+}

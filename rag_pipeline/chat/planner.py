@@ -16,6 +16,7 @@ from typing import Any
 
 from rag_pipeline.fields.registry import RegistryField
 from rag_pipeline.ingest.formats import FORMATS
+from rag_pipeline.structured.operations import BY_NAME as OPERATIONS_BY_NAME
 
 SEMANTIC_SEARCH = "semantic_search"
 QUERY_METADATA = "query_metadata"
@@ -33,15 +34,20 @@ DEFAULT_SYNONYMS = {"author": ["wrote", "written by", "writer", "authors"], "cre
                     "type": ["file type", "document type", "format"], "folder": ["folder", "directory"]}
 _CLAUSE = re.compile(r"(?:;|,?\s+and\s+(?=(?:then\s+)?(?:for|describe|explain|what|how|why|tell|summari[sz]e|"
                      r"who|where|when|which|list|show|give)\b))", re.IGNORECASE)
-_COUNT = re.compile(r"\b(how many|number of|count)\b")
-_TOP = re.compile(r"\b(top|largest|biggest|highest|most expensive|greatest|latest|newest|most recent|most recently|"
-                  r"last)\b")
-_GROUP = re.compile(r"\b(?:per|for each|for every|each|by|breakdown of|broken down by|grouped by|split by)\s+"
-                    r"(?:the\s+|their\s+)?([a-z][a-z _-]*)")
+
+
+def cues(operation: str) -> str:
+    """The words that ask for an operation (structured/operations.py), as a regex alternation."""
+    return "|".join(re.escape(cue) for cue in OPERATIONS_BY_NAME[operation].cues)
+
+
+_COUNT = re.compile(rf"\b({cues('count')})\b")
+_TOP = re.compile(rf"\b({cues('top_n')})\b")
+_GROUP = re.compile(rf"\b(?:{cues('group_by')})\s+(?:the\s+|their\s+)?([a-z][a-z _-]*)")
 # What a question counts or lists must be documents (not "sessions" or "levels" inside one document's text).
 _DOCUMENTS = (r"(?:documents?|docs|files?|projects?|reports?|contracts?|pages|pitch(?:es)?|notes|games|decks|"
               r"presentations|pdfs|entries|ones|those|these|them)")
-_COUNTED = re.compile(r"\b(?:how many|number of|count)\s+(?:(?:the|all|of)\s+)*(?:[\w-]+\s+){0,3}?" + _DOCUMENTS + r"\b")
+_COUNTED = re.compile(rf"\b(?:{cues('count')})\s+(?:(?:the|all|of)\s+)*(?:[\w-]+\s+){{0,3}}?" + _DOCUMENTS + r"\b")
 _LISTED = re.compile(r"^(?:list|show|name|give me|find)\b|\b(?:which|what)\s+(?:[\w-]+\s+){0,3}?" + _DOCUMENTS +
                      r"\b")
 _YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")

@@ -21,11 +21,11 @@ from rag_pipeline.evaluate.aggregation import answer_of, is_correct
 from rag_pipeline.evaluate.answers import contains
 from rag_pipeline.evaluate.golden import GoldenQuestion
 from rag_pipeline.generate.answerer import Answerer
+from rag_pipeline.structured.operations import OPERATIONS
 from rag_pipeline.structured.query import QueryRunner
 
 EXPECTED_TOOL = {"aggregation": "query_metadata", "semantic": "semantic_search"}
-FORM_OF_OP = {"count": "count", "list": "documents", "distinct": "values", "group_by": "groups", "top_n": "documents",
-              "lookup": "value"}
+FORM_OF_OP = {operation.name: operation.answer for operation in OPERATIONS}
 
 
 def expected_text(question: GoldenQuestion) -> str | None:

@@ -23,6 +23,8 @@ from rag_pipeline.errors import (
     Unavailable,
 )
 from rag_pipeline.settings import Settings
+from rag_pipeline.structured.operations import NAMES as OPERATION_NAMES
+from rag_pipeline.structured.operations import operation_help
 
 if TYPE_CHECKING:
     from rag_pipeline.retrieve.retriever import Retriever
@@ -77,9 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     manifest.set_defaults(run=run_manifest)
 
     metadata = commands.add_parser(
-        "query", parents=[common], help="exact answers over document fields: count, list, distinct, group_by, top_n, "
-                                        "lookup (no SQL: typed operations on allowlisted fields)")
-    metadata.add_argument("op", choices=("count", "list", "distinct", "group_by", "top_n", "lookup"))
+        "query", parents=[common], help=f"exact answers over document fields: {', '.join(OPERATION_NAMES)} (no SQL: "
+                                        "typed operations on allowlisted fields)")
+    metadata.add_argument("op", choices=OPERATION_NAMES, help=operation_help())
     metadata.add_argument("--field", default=None, help="the field of distinct, top_n (largest first), list and "
                                                         "lookup (only that field)")
     metadata.add_argument("--by", default=None, help="the field group_by counts per value (top_n --by: the most "

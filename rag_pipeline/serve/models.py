@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, 
 from rag_pipeline.errors import InputError
 from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.retrieve.retriever import Mode
+from rag_pipeline.structured.operations import NAMES
 
 MAX_API_TOP_K = 100
 
@@ -75,7 +76,7 @@ class QueryRequest(StrictBody):
     """POST /query: one typed metadata operation (no SQL). `where` maps fields to a value (equals; on a list field:
     contains), a list (any of) or {gte|gt|lte|lt|contains|in: ...}; or is a list of "F=V" strings as the CLI takes."""
 
-    op: Literal["count", "list", "distinct", "group_by", "top_n", "lookup"]
+    op: Literal[NAMES]  # type: ignore[valid-type]  # structured/operations.py
     field: FilterKey | None = None
     by: FilterKey | None = None
     where: dict[FilterKey, WhereValue] | list[Annotated[str, Field(max_length=1000)]] | None = None
@@ -310,7 +311,7 @@ FIELD_RULES = {
     "question": ("empty_question", "must be a non-empty string"),
     "top_k": ("invalid_top_k", f"must be an integer from 1 to {MAX_API_TOP_K}"),
     "filters": ("invalid_filters", "must be an object of field: value"),
-    "op": ("invalid_op", "must be one of count, list, distinct, group_by, top_n, lookup"),
+    "op": ("invalid_op", f"must be one of {', '.join(NAMES)}"),
     "field": ("invalid_field", "must be a field name"),
     "by": ("invalid_field", "must be a field name"),
     "where": ("invalid_where", "must map fields to values, or be a list of 'F=V' strings"),

@@ -33,9 +33,8 @@ from rag_pipeline.fields.values import FieldKind, text_kind
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar, records
+from rag_pipeline.structured.operations import BY_NAME, NAMES
 
-Op = Literal["count", "list", "distinct", "group_by", "top_n", "lookup"]
-OPS: tuple[Op, ...] = ("count", "list", "distinct", "group_by", "top_n", "lookup")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 DEFAULT_TOP_N = 10
@@ -57,7 +56,7 @@ class Clause:
 
 @dataclass(frozen=True)
 class MetadataQuery:
-    op: Op
+    op: str  # an operation of structured/operations.py
     field: str | None = None
     by: str | None = None
     where: tuple[Clause, ...] = ()
@@ -272,8 +271,8 @@ def parse_request(body: Mapping[str, Any], registry: Mapping[str, RegistryField]
     """A query from its JSON form {"op", "field"?, "by"?, "where"?, "limit"?}; `where` is a mapping (FIELD: value
     form) or a list of "F=V" strings (the CLI form). InputError names the first bad part."""
     op = body.get("op")
-    if op not in OPS:
-        raise InputError(f"op must be one of {', '.join(OPS)}, got {op!r}", code="invalid_op")
+    if op not in BY_NAME:
+        raise InputError(f"op must be one of {', '.join(NAMES)}, got {op!r}", code="invalid_op")
     limit = body.get("limit")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT):
         raise InputError(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}", code="invalid_limit")
@@ -290,19 +289,16 @@ def parse_request(body: Mapping[str, Any], registry: Mapping[str, RegistryField]
         if name is not None:
             check_field(name, registry, key)
     query = MetadataQuery(op, names["field"], names["by"], clauses, limit)
-    needs = {"distinct": "field", "group_by": "by"}
-    if op in needs and getattr(query, needs[op]) is None and query.field is None and query.by is None:
-        raise InputError(f"{op} needs --{needs[op]} FIELD", code="missing_field")
-    if op == "top_n":
-        if query.field is None and query.by is None:
-            raise InputError("top_n needs --field F (a number or date: the documents with the largest F) or --by F "
-                             "(the most common values of F)", code="missing_field")
-        if query.field is not None and registry[query.field].kind not in ("number", "date"):
-            raise InputError(f"top_n --field needs a number or date field ({query.field} is "
-                             f"{registry[query.field].kind})", code="invalid_field")
-    if op == "lookup" and not clauses:
-        raise InputError("lookup needs a where clause naming the document (e.g. --where id=SHA or --where "
-                         "path=...)", code="missing_where")
+    given = {"field": query.field, "by": query.by, "where": clauses or None, "limit": limit}
+    for group in BY_NAME[op].required:
+        if all(given[argument] is None for argument in group):
+            if group == ("where",):
+                raise InputError(f"{op} needs a where clause naming the document (e.g. --where id=SHA or --where "
+                                 "path=...)", code="missing_where")
+            raise InputError(f"{op} needs --{group[0]} FIELD ({BY_NAME[op].summary})", code="missing_field")
+    if op == "top_n" and query.field is not None and registry[query.field].kind not in ("number", "date"):
+        raise InputError(f"top_n --field needs a number or date field ({query.field} is "
+                         f"{registry[query.field].kind})", code="invalid_field")
     return query
 
 

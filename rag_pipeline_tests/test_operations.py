@@ -1,0 +1,63 @@
+"""Every operation of the metadata query tool (structured/operations.py) is covered everywhere it must be: the CLI's
+choices, the HTTP body model, the agent's instructions and tool schema, the planner's cues, the composer's
+sentences, the evaluation's answer forms, and the compiler (each runs on a real ingest). Adding an operation to the
+list without the rest fails here."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from rag_pipeline.chat import planner
+from rag_pipeline.chat.agent import SYSTEM
+from rag_pipeline.chat.compose import SENTENCES, describe
+from rag_pipeline.evaluate.chat_eval import FORM_OF_OP
+from rag_pipeline.serve.cli import build_parser
+from rag_pipeline.serve.models import QueryRequest
+from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.structured.operations import NAMES, OPERATIONS, arguments_schema, operation_help
+from rag_pipeline.structured.query import QueryRunner
+
+
+def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    action = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return action.choices[name]
+
+
+def test_the_cli_and_the_http_body_take_every_operation() -> None:
+    query = subparser(build_parser(), "query")
+    op = next(action for action in query._actions if action.dest == "op")
+    assert tuple(op.choices) == NAMES
+    assert QueryRequest.model_json_schema()["properties"]["op"]["enum"] == list(NAMES)
+    assert arguments_schema()["properties"]["op"]["enum"] == list(NAMES)
+
+
+def test_the_agent_is_told_every_operation() -> None:
+    prompt = SYSTEM.format(fields="x (string)", operations=operation_help(), cap=4, marker="<<m>>")
+    assert all(f"{operation.name}: {operation.summary}" in prompt for operation in OPERATIONS)
+
+
+def test_the_composer_and_the_evaluation_know_every_operation() -> None:
+    assert set(SENTENCES) == set(NAMES) == set(FORM_OF_OP)
+
+
+@pytest.mark.parametrize("operation", [operation for operation in OPERATIONS if operation.cues],
+                         ids=lambda operation: operation.name)
+def test_the_planner_hears_every_cue(operation) -> None:
+    pattern = {"count": planner._COUNT, "top_n": planner._TOP, "group_by": planner._GROUP}[operation.name]
+    for cue in operation.cues:
+        assert pattern.search(f"{cue} type of the documents"), cue
+
+
+@pytest.mark.parametrize("operation", OPERATIONS, ids=lambda operation: operation.name)
+def test_every_operation_compiles_runs_and_is_stated(catalog: Settings, operation) -> None:
+    body = {"op": operation.name, **operation.example}
+    result = QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json(body)
+    assert result.op == operation.name and result.rows and result.documents
+    assert describe(body, result, 1).strip()
+    for group in operation.required:  # an operation without what it needs is refused, naming it
+        missing = {key: value for key, value in body.items() if key not in group}
+        with pytest.raises(ValueError, match=operation.name):
+            QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json(missing)
