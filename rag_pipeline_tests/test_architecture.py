@@ -1,5 +1,6 @@
-"""The layout's rules, checked on the source: only the Dagster layer imports Dagster, and no module of
-rag_pipeline imports another that (directly or not) imports it back."""
+"""The layout's rules, checked on the source: the packages form a declared order of layers and every import runs
+down it (or within a layer), no two packages of a layer import each other, only the Dagster layer imports
+Dagster, and no module of rag_pipeline imports another that (directly or not) imports it back."""
 
 from __future__ import annotations
 
@@ -61,6 +62,52 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if module not in state and (cycle := visit(module)):
             return cycle
     return None
+
+
+# The layers, lowest first: a module may import modules of its own layer and of the layers below, never above.
+LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
+    {"settings", "errors", "retry", "sources_file"},  # configuration and the error kinds
+    {"fields"},  # field kinds, typed values, the field registry
+    {"embed", "index", "sidecar"},  # local embedders, the vector store, the metadata sidecar
+    {"llm"},  # model servers (chat and embeddings; implements embed's interface)
+    {"ingest", "retrieve", "generate", "structured"},  # the stages of ingest, query time, exact answers
+    {"components"},  # assembles the configured components from the settings
+    {"chat", "evaluate"},  # the agent and planner; quality measurement
+    {"defs", "serve", "definitions", "__main__"},  # the Dagster layer; the HTTP API, the CLI
+))
+
+
+def package_of(module: str) -> str:
+    """rag_pipeline.ingest.convert -> ingest; rag_pipeline.settings -> settings."""
+    return module.split(".")[1]
+
+
+def layer_of(module: str) -> int:
+    package = package_of(module)
+    return next(index for index, layer in enumerate(LAYERS) if package in layer)
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {package_of(name) for name in MODULES if name != "rag_pipeline"}
+    assert packages == set().union(*LAYERS)
+
+
+def test_every_import_runs_down_the_layers() -> None:
+    upward = sorted(f"{name} -> {target}" for name, targets in internal_graph().items() if name != "rag_pipeline"
+                    for target in targets if target != "rag_pipeline" and layer_of(target) > layer_of(name))
+    assert upward == []
+
+
+def test_no_two_packages_import_each_other() -> None:
+    edges = {(package_of(name), package_of(target)) for name, targets in internal_graph().items()
+             if name != "rag_pipeline" for target in targets if target != "rag_pipeline"}
+    mutual = sorted(f"{a} <-> {b}" for a, b in edges if a < b and (b, a) in edges)
+    assert mutual == []
+
+
+def test_the_layer_check_catches_an_upward_import() -> None:
+    assert layer_of("rag_pipeline.ingest.convert") > layer_of("rag_pipeline.fields.values")
+    assert layer_of("rag_pipeline.serve.cli") > layer_of("rag_pipeline.chat.turn")
 
 
 def test_only_the_dagster_layer_imports_dagster() -> None:
