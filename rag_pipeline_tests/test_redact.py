@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rag_pipeline.ingest.redact import RedactionResult, find_secrets, redact
+from rag_pipeline.ingest.redaction_rules import RedactionResult, find_secrets, redact
 from rag_pipeline.ingest.secret_check import Leak, find_leaks
 
 RSA_KEY = """-----BEGIN RSA PRIVATE KEY-----

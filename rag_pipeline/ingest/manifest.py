@@ -11,7 +11,7 @@ from typing import Any
 from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, ignoring_pattern
 from rag_pipeline.ingest.discover import Manifest, discover_sources
 from rag_pipeline.ingest.formats import format_of
-from rag_pipeline.ingest.redact import redact
+from rag_pipeline.ingest.redaction_rules import redact
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import DEFAULT_ROLE_EMAIL_PREFIXES, Settings
 
