@@ -66,7 +66,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 # The layers, lowest first: a module may import modules of its own layer and of the layers below, never above.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
-    {"settings", "errors", "retry", "sources_file"},  # configuration and the error kinds
+    {"settings", "errors", "retry", "sources_file", "file_lock"},  # configuration, errors, shared utilities
     {"fields"},  # field kinds, typed values, the field registry
     {"embed", "index", "sidecar"},  # local embedders, the vector store, the metadata sidecar
     {"llm"},  # model servers (chat and embeddings; implements embed's interface)
@@ -137,3 +137,4 @@ def test_no_import_cycles() -> None:
 def test_the_cycle_finder_finds_cycles() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+

@@ -8,7 +8,6 @@ up from each stage's typed StageTotals and the sidecar's record of what each run
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +22,7 @@ from rag_pipeline.defs.field_assets import document_enrichment, roster
 from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed
+from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.membership import forget_source
 from rag_pipeline.ingest.plan import pending_shards
 from rag_pipeline.ingest.stage import StageTotals
@@ -36,20 +36,12 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 def exclusive_ingest(data_dir: Path) -> Iterator[None]:
     """Hold <data dir>/ingest.lock for a whole ingest: two ingests of one data dir (the CLI and the API, say) would
     purge each other's new documents between their stages. A second one gets Conflict (ingest_running)."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(data_dir / "ingest.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
-            raise Conflict(f"another ingest of {data_dir} is running ({holder}); try again when it ends",
-                           code="ingest_running") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}\n".encode())
-        yield
-    finally:
-        os.close(fd)
+        with locked(data_dir / "ingest.lock", wait=False, record=True):
+            yield
+    except LockHeld as held:
+        raise Conflict(f"another ingest of {data_dir} is running ({held.holder}); try again when it ends",
+                       code="ingest_running") from None
 
 
 @contextmanager

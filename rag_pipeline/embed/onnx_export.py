@@ -11,17 +11,17 @@ an atomic rename, so concurrent processes neither export twice nor read a half-w
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
+
+from rag_pipeline.file_lock import locked
 
 OnnxRuntimeKind = Literal["onnx", "onnx-int8"]
 
@@ -73,7 +73,7 @@ def exported_model(model_dir: Path, cache_dir: Path, runtime: OnnxRuntimeKind) -
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(target.parent / ".lock"):
+    with locked(target.parent / ".lock"):
         if target.is_file():  # another process finished it while we waited
             return target
         fp32 = target.with_name("onnx.onnx")
@@ -82,16 +82,6 @@ def exported_model(model_dir: Path, cache_dir: Path, runtime: OnnxRuntimeKind) -
         if runtime == "onnx-int8":
             _atomic(target, lambda path: _quantise(fp32, path))
     return target
-
-
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _atomic(target: Path, write: Callable[[Path], None]) -> None:

@@ -7,10 +7,8 @@ which closes when the last of them closes it.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import qdrant_edge as qe
 
 from rag_pipeline.errors import StoreLocked
+from rag_pipeline.file_lock import LockHeld, acquire
 from rag_pipeline.index.vector_store import (  # the collection layout both backends share
     BATCH_SIZE,
     DENSE,
@@ -217,21 +216,13 @@ class EdgeStore(VectorStore):
 
 def _lock(path: Path) -> int:
     """File descriptor holding the exclusive lock of the shard at path, recording this process in the file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
-        os.close(fd)
+        return acquire(path.with_name(path.name + ".lock"), wait=False, record=True)
+    except LockHeld as held:
         raise StoreLocked(
-            f"the embedded vector store {path} is open in {holder}. It allows one process at a time: "
+            f"the embedded vector store {path} is open in {held.holder}. It allows one process at a time: "
             "stop that process, or use a Qdrant server: set RAG_QDRANT_URL"
         ) from None
-    os.ftruncate(fd, 0)
-    command = " ".join(" ".join(sys.orig_argv).split())  # on one line, even for `python -c` scripts
-    os.write(fd, f"pid {os.getpid()} ({command})\n".encode())
-    return fd
 
 
 def _open_shard(path: Path, dimension: int, hnsw: HnswSettings) -> qe.EdgeShard:

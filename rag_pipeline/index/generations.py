@@ -8,7 +8,6 @@ alias (RAG_QDRANT_ALIAS), so every client of the server follows it at once.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rag_pipeline.file_lock import locked
 from rag_pipeline.index.vector_store import collection_name
 from rag_pipeline.settings import parse_chunking_id
 
@@ -98,14 +98,9 @@ class GenerationRegistry:
     @contextmanager
     def _changing(self) -> Iterator[dict[str, Any]]:
         """The current state, for a read-modify-write that no other process interleaves (a lock file)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self.path.with_suffix(".lock")):
             self._cache = None
             yield self._read()
-        finally:
-            os.close(fd)
 
     def all(self) -> dict[str, Generation]:
         return {gid: Generation(**record) for gid, record in self._read()["generations"].items()}

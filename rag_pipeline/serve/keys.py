@@ -9,7 +9,6 @@ compare digests in constant time. One more admin key may come from RAG_API_KEY o
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import hmac
 import ipaddress
@@ -28,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from rag_pipeline.errors import ConfigError, InputError, NotFound
+from rag_pipeline.file_lock import locked
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
 
@@ -105,9 +105,7 @@ def read_keys(path: Path) -> list[ApiKey]:
 def locked_keys(path: Path) -> Iterator[list[ApiKey]]:
     """The stored keys under an exclusive lock (`<file>.lock`); the list as left by the caller is written back
     atomically, mode 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with os.fdopen(os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)) as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(path.with_name(path.name + ".lock"), mode=0o600):
         keys = read_keys(path)
         yield keys
         text = HEADER + yaml.safe_dump(KeyFile(keys=keys).model_dump(mode="json"), sort_keys=False)

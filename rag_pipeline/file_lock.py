@@ -1,0 +1,54 @@
+"""Exclusive locks between processes on a lock file (fcntl.flock; released when the process dies), optionally
+recording who holds them so that a process refused the lock can say by whom.
+
+Not the filelock package: it truncates the lock file on every attempt, which would erase the holder's record.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class LockHeld(Exception):
+    """Another process holds the lock; `holder` is what it recorded ("pid 123 (rag-pipeline ingest ...)")."""
+
+    def __init__(self, path: Path, holder: str) -> None:
+        super().__init__(f"{path} is held by {holder}")
+        self.holder = holder
+
+
+def this_process() -> str:
+    """How a holder records itself: its pid and command line (on one line)."""
+    return f"pid {os.getpid()} ({' '.join(' '.join(sys.orig_argv).split())})"
+
+
+def acquire(path: Path, *, wait: bool = True, record: bool = False, mode: int = 0o644) -> int:
+    """A file descriptor holding the exclusive lock on `path` (created, with its folder, if missing): waits for it,
+    or with wait=False raises LockHeld naming the holder. With `record`, the holder is written into the file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise LockHeld(path, holder) from None
+    if record:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{this_process()}\n".encode())
+    return fd
+
+
+@contextmanager
+def locked(path: Path, *, wait: bool = True, record: bool = False, mode: int = 0o644) -> Iterator[None]:
+    """Hold the lock on `path` for the block (see acquire)."""
+    fd = acquire(path, wait=wait, record=record, mode=mode)
+    try:
+        yield
+    finally:
+        os.close(fd)
