@@ -9,15 +9,8 @@ import uuid
 import pytest
 
 from rag_pipeline.embed.model_files import model_dir, model_tokenizer
-from rag_pipeline.ingest.chunk import (
-    CHUNK_NAMESPACE,
-    Chunk,
-    chunk_budget,
-    chunk_document,
-    chunk_id,
-    context_line,
-    contextual_text,
-)
+from rag_pipeline.ingest.chunk import chunk_budget
+from rag_pipeline.ingest.chunkers import CHUNK_NAMESPACE, Chunk, chunk_document, chunk_id, context_line, contextual_text
 from rag_pipeline.settings import Settings
 
 SHA = "a" * 64

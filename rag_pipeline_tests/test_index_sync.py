@@ -15,7 +15,8 @@ from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.index.sparse import encode_query
 from rag_pipeline.index.vector_store import IndexPoint, SparseVector, VectorStore
-from rag_pipeline.ingest.chunk import contextual_text, read_chunks
+from rag_pipeline.ingest.chunk import read_chunks
+from rag_pipeline.ingest.chunkers import contextual_text
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar

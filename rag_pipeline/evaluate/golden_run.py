@@ -16,7 +16,7 @@ from rag_pipeline.evaluate.judge import Judge
 from rag_pipeline.evaluate.metrics import dedupe_ranking, evaluate_run, mean_scores, slice_by, summarise
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.index.vector_store import Hit
-from rag_pipeline.ingest.chunk import chunk_id
+from rag_pipeline.ingest.chunkers import chunk_id
 from rag_pipeline.structured.query import QueryRunner
 
 Granularity = Literal["file", "chunk"]

@@ -11,7 +11,8 @@ import numpy as np
 from tqdm import tqdm
 
 from rag_pipeline.embed.embedder import Embedder, EmbeddingCache, embed_texts
-from rag_pipeline.ingest.chunk import contextual_text, document_name, read_chunks
+from rag_pipeline.ingest.chunk import document_name, read_chunks
+from rag_pipeline.ingest.chunkers import contextual_text
 from rag_pipeline.ingest.stage import StageReport, reconcile, stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar

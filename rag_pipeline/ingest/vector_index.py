@@ -23,7 +23,8 @@ from rag_pipeline.index.vector_store import (
     label_payload,
     text_digest,
 )
-from rag_pipeline.ingest.chunk import Chunk, contextual_text, document_name, read_chunks
+from rag_pipeline.ingest.chunk import document_name, read_chunks
+from rag_pipeline.ingest.chunkers import Chunk, contextual_text
 from rag_pipeline.ingest.embed import read_vectors
 from rag_pipeline.ingest.stage import StageFigures, StageReport, describe, stored_sources, stored_tags, stores
 from rag_pipeline.settings import Settings
