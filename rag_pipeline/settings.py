@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     # an active index keeps that index's chunk settings for every one not set explicitly (RAG_CHUNKER, ...):
     # new defaults reach new deployments, and an existing one switches when the user sets them and rebuilds.
     chunker: Literal["tokens", "recursive", "sentence_window"] = "tokens"
-    chunk_size: int | None = Field(None, ge=1)  # None until _resolve_deployment: then always an int
+    chunk_size: int | None = Field(None, ge=1)  # None until resolved (Settings._resolved): then always an int
     chunk_overlap: int | None = Field(None, ge=0)
     sentence_window: int = 3
 
