@@ -96,7 +96,8 @@ def groups(source: str) -> list[Group]:
         if not found or not lines[line - 1].strip():  # a blank line above: a new group, led by the comment above
             found.append(Group(lead=" ".join(above)))
             above = []
-        found[-1].rows.append((node.target.id, " ".join(sentence(" ".join(part)) for part in (above, trailing) if part)))
+        note = " ".join(sentence(" ".join(part)) for part in (above, trailing) if part)
+        found[-1].rows.append((node.target.id, note))
     return found
 
 
@@ -164,8 +165,8 @@ def render() -> str:
         for name, note in group.rows:
             info = fields[name]
             default = info.default_factory() if info.default is PydanticUndefined else info.default
-            parts.append(f"| `RAG_{name.upper()}` | {display(default, name)} | {accepted(info.annotation, info.metadata)} "
-                         f"| {cell(note)} |")
+            values = accepted(info.annotation, info.metadata)
+            parts.append(f"| `RAG_{name.upper()}` | {display(default, name)} | {values} | {cell(note)} |")
         parts.append("")
     return "\n".join(parts)
 
