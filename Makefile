@@ -45,7 +45,12 @@ dev: install
 		$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
 BENCH_DIR ?= .bench
-SCIFACT ?= ../shared/datasets/scifact
+# The BEIR SciFact folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) is not part of the repository: name it.
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+ifndef SCIFACT
+$(error make bench needs SCIFACT=<folder of the BEIR SciFact dataset: corpus.jsonl, queries.jsonl, qrels/test.tsv>)
+endif
+endif
 
 # Every figure of bench_embed, bench_ingest, bench_query and the BEIR run ends up in $(BENCH_DIR)/bench.json (bench/collect.py).
 bench: install
