@@ -1,0 +1,62 @@
+"""`rag-pipeline serve` and `keys`: the HTTP API and its API keys."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import TYPE_CHECKING, Any
+
+from rag_pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    pass
+
+
+def run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_pipeline.serve.api import serve
+    from rag_pipeline.serve.auth import access_log
+    from rag_pipeline.serve.keys import Keyring, check_bind
+
+    check_bind(args.host, Keyring(settings))
+    access_log.setLevel(logging.INFO)
+    serve(settings, host=args.host, port=args.port)
+    return 0
+
+
+def run_keys_create(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_pipeline.serve.keys import create_key
+
+    key, token = create_key(settings.api_keys_path, args.name, args.role, tuple(args.tags), tuple(args.sources))
+    if args.json:
+        print(json.dumps({"name": key.name, "token": token, "role": key.role, "tags": list(key.tags),
+                          "sources": list(key.sources)}))
+    else:
+        print(f"created API key {key.name!r} (role {key.role}{scope_text(key.to_json())}); its token, shown only "
+              "now:", file=sys.stderr)
+        print(token)
+    return 0
+
+
+def run_keys_list(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_pipeline.serve.keys import read_keys
+
+    keys = [key.to_json() for key in read_keys(settings.api_keys_path)]
+    if args.json:
+        print(json.dumps({"keys": keys}))
+    for key in [] if args.json else keys:
+        print(f"{key['name']:24} {key['role']:8} {key['created_at']}{scope_text(key)}")
+    return 0
+
+
+def scope_text(key: dict[str, Any]) -> str:
+    return "".join(f", {field}: {', '.join(key[field])}" for field in ("tags", "sources") if key[field])
+
+
+def run_keys_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_pipeline.serve.keys import revoke_key
+
+    revoke_key(settings.api_keys_path, args.name)
+    print(json.dumps({"revoked": args.name}) if args.json else f"revoked API key {args.name!r}")
+    return 0

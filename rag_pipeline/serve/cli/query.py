@@ -1,0 +1,200 @@
+"""`rag-pipeline search`, `ask`, `query`, `chat`, `fields` and `inspect`: asking the index and reading the sidecar."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rag_pipeline.errors import InputError, RagError
+from rag_pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from rag_pipeline.retrieve.retriever import Retriever
+
+
+def parse_filters(items: list[str]) -> dict[str, str | list[str]] | None:
+    """KEY=VALUE arguments as a filters mapping; a key given twice becomes a list (any of the values)."""
+    filters: dict[str, list[str]] = {}
+    for item in items:
+        key, separator, value = item.partition("=")
+        if not separator or not key or not value:
+            raise InputError(f"--filter takes KEY=VALUE, got {item!r}")
+        filters.setdefault(key.strip(), []).append(value)
+    return {key: values[0] if len(values) == 1 else values for key, values in filters.items()} or None
+
+
+@contextmanager
+def opened_retriever(args: argparse.Namespace, settings: Settings) -> Iterator[tuple[Retriever, int]]:
+    """(the configured retriever, top_k) for `search` and `ask`; the retriever is closed on exit."""
+    from rag_pipeline.components import open_retriever
+
+    retriever = open_retriever(settings)
+    try:
+        yield retriever, args.top_k if args.top_k is not None else settings.top_k
+    finally:
+        retriever.close()
+
+
+def run_search(args: argparse.Namespace, settings: Settings) -> int:
+    filters = parse_filters(args.filter)
+    with opened_retriever(args, settings) as (retriever, top_k):
+        output = retriever.search(args.query, top_k=top_k, filters=filters).to_json()
+    if args.json:
+        print(json.dumps(output))
+    else:
+        print_search(output)
+    return 0
+
+
+def run_ask(args: argparse.Namespace, settings: Settings) -> int:
+    """Stream the answer's text (readable) or print the final answer object (--json)."""
+    from rag_pipeline.components import answerer
+    from rag_pipeline.generate.result import Answer
+
+    filters = parse_filters(args.filter)
+    with opened_retriever(args, settings) as (retriever, top_k):
+        for item in answerer(settings, retriever).stream(args.question, top_k=top_k, filters=filters):
+            if isinstance(item, Answer):
+                if args.json:
+                    print(json.dumps(item.to_json()))
+                else:
+                    print_sources(item)
+            elif not args.json:
+                print(item, end="", flush=True)
+    return 0
+
+
+def print_search(output: dict[str, Any]) -> None:
+    for warning in output["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    for rank, result in enumerate(output["results"], start=1):
+        where = f"{result['path']}:{result['line_start']}" + (f" (page {result['page']})" if result["page"] else "")
+        print(f"{rank:>2}. {result['score']:.4f}  {where}  {result['header']}")
+        for other in result["paths"][1:]:
+            print(f"    also at {other}")
+        print(f"    {' '.join(result['text'].split())[:200]}")
+    timings = ", ".join(f"{stage} {value:.1f}" for stage, value in output["timings_ms"].items() if value)
+    print(f"({len(output['results'])} results, {output['mode']}; ms: {timings})")
+
+
+def print_sources(answer: Any) -> None:
+    print()
+    for warning in answer.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for source in answer.sources:
+        page = f", page {source.page}" if source.page else ""
+        print(f"[{source.number}] {source.path}:{source.line_start}{page}  {source.heading}")
+        for other in source.paths[1:]:
+            print(f"    also at {other}")
+
+
+def run_query(args: argparse.Namespace, settings: Settings) -> int:
+    """One typed metadata query; a table of its rows (or the result JSON)."""
+    from rag_pipeline.sidecar import Sidecar
+    from rag_pipeline.structured.query import QueryRunner
+
+    body = {"op": args.op, "field": args.field, "by": args.by, "where": args.where, "limit": args.limit}
+    result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
+    if args.json:
+        print(json.dumps(result.to_json(), default=str))
+        return 0
+    from rag_pipeline.serve.inspect import format_rows
+
+    rows = [{key: ", ".join(map(str, value)) if isinstance(value, list) else
+             json.dumps(value, default=str) if isinstance(value, dict) else value
+             for key, value in row.items() if key != "id"} for row in result.rows]
+    more = " (truncated: raise --limit)" if result.truncated else ""
+    print(format_rows(rows, f"{args.op} over {result.total_documents} document(s){more}"))
+    return 0
+
+
+def run_chat(args: argparse.Namespace, settings: Settings) -> int:
+    """One turn (or a REPL with readline editing and history), through the same service as POST /chat."""
+    from rag_pipeline import components
+    from rag_pipeline.chat.turn import ChatService
+    from rag_pipeline.llm import build_llm
+    from rag_pipeline.sidecar import Sidecar
+
+    retriever = components.open_retriever(settings)
+    try:
+        service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
+                              build_llm(settings))
+        session = args.session
+        if args.message is not None:
+            result = print_turn(service, args.message, session, args.json)
+            return 0 if result else 1
+        import readline  # noqa: F401 - line editing and history for input()
+
+        print("rag-pipeline chat: ask a question; an empty line or Ctrl-D ends the session", file=sys.stderr)
+        while True:
+            try:
+                message = input("you> ").strip()
+            except (EOFError, KeyboardInterrupt):
+                print(file=sys.stderr)
+                return 0
+            if not message:
+                return 0
+            try:
+                result = print_turn(service, message, session, args.json)
+            except RagError as error:
+                print(f"rag-pipeline: {error}", file=sys.stderr)
+                continue
+            session = result["session_id"]
+    finally:
+        retriever.close()
+
+
+def print_turn(service, message: str, session: str | None, as_json: bool) -> dict:
+    """Run one turn: stream its steps and answer to the terminal (or print the done object as JSON)."""
+    from rag_pipeline.chat.memory import LOCAL_OWNER
+
+    done: dict = {}
+    for event, data in service.stream(message, LOCAL_OWNER, session):
+        if as_json:
+            if event == "done":
+                done = data
+                print(json.dumps(data, default=str))
+            continue
+        if event == "step":
+            print(f"  -> {data['tool']} {json.dumps(data['args'], default=str)}", file=sys.stderr)
+        elif event == "observation":
+            print(f"  <- {data['summary']}", file=sys.stderr)
+        elif event == "token":
+            print(data["text"], end="", flush=True)
+        elif event == "done":
+            done = data
+            print()
+            for citation in data["citations"]:
+                label = citation.get("label") or f"[{citation.get('number')}]"
+                print(f"  {label} {citation['path']}")
+            print(f"  (session {data['session_id']}, {data['exit_reason']}, {len(data['trajectory'])} tool call(s))",
+                  file=sys.stderr)
+    return done
+
+
+def run_fields(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_pipeline.serve.inspect import format_rows
+    from rag_pipeline.sidecar import Sidecar
+    from rag_pipeline.structured.query import load_registry
+
+    registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_path)).values()]
+    if args.json:
+        print(json.dumps({"fields": registry}))
+        return 0
+    rows = [{"field": f["name"], "type": f["type"], "documents": f["documents"] if not f["builtin"] else "all",
+             "origins": ", ".join(f["origins"]), "filterable": "yes" if f["filterable"] else "",
+             "enriched_by": f["enriched_by"] or ""} for f in registry]
+    print(format_rows(rows, f"{len(rows)} fields"))
+    return 0
+
+
+def run_inspect(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_pipeline.serve.inspect import format_rows, inspect
+
+    rows, title = inspect(settings, args)
+    print(json.dumps(rows, default=str) if args.json else format_rows(rows, title))
+    return 0
