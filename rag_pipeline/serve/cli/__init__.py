@@ -36,12 +36,15 @@ from rag_pipeline.structured.operations import NAMES as OPERATION_NAMES
 from rag_pipeline.structured.operations import operation_help
 
 
+DESCRIPTION = "`rag-pipeline` command line. Every command takes --data-dir and --json (one JSON object on stdout)."
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--data-dir", default=os.environ.get("RAG_DATA_DIR", ".rag_data"),
                         help="data directory (default: $RAG_DATA_DIR, else ./.rag_data)")
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout; logs go to stderr")
-    parser = argparse.ArgumentParser(prog="rag-pipeline", description=__doc__)
+    parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
     ingest = commands.add_parser("ingest", parents=[common],
                                  help="discover, diff by SHA and materialise the affected shards through Dagster")
