@@ -16,6 +16,7 @@ from fastapi.sse import EventSourceResponse, format_sse_event
 
 log = logging.getLogger(__name__)
 NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # each event goes out as it is made
+INTERNAL_ERROR = {"code": "internal_error", "message": "the answer failed; see the server log"}  # no internals
 
 Event = tuple[str, dict[str, Any]]  # (event name, data)
 
@@ -25,10 +26,10 @@ def event(name: str, data: dict[str, Any]) -> bytes:
     return format_sse_event(event=name, data_str=json.dumps(data, allow_nan=False, default=str))
 
 
-def event_stream(events: Iterable[Event], failure: Callable[[Exception], dict[str, str]], what: str
-                 ) -> EventSourceResponse:
-    """The events as a stream. An exception while making them, after the headers went out, ends the stream with an
-    "error" event whose data is `failure(exception)` (logged as `what` failing)."""
+def event_stream(events: Iterable[Event], what: str,
+                 failure: Callable[[Exception], dict[str, str]] = lambda error: INTERNAL_ERROR) -> EventSourceResponse:
+    """The events as a stream. An exception while making them, after the headers went out, is logged (`what`
+    failed) and ends the stream with an "error" event whose data is `failure(exception)`."""
 
     def stream() -> Iterator[bytes]:
         try:

@@ -17,7 +17,7 @@ from rag_pipeline.serve.auth import KEY_STATE
 from rag_pipeline.serve.dependencies import Reader, Services, ServicesDep
 from rag_pipeline.serve.http_errors import ERROR_RESPONSES, http_status
 from rag_pipeline.serve.models import ChatRequest
-from rag_pipeline.serve.sse import event_stream
+from rag_pipeline.serve.sse import INTERNAL_ERROR, event_stream
 
 router = APIRouter()
 
@@ -36,7 +36,7 @@ def stream_failure(error: Exception) -> dict[str, str]:
     """The "error" event of a turn that failed midway: a caller's mistake says what it was, a bug does not."""
     if isinstance(error, RagError) and http_status(error) < 500:
         return {"code": error.code, "message": error.message}
-    return {"code": "internal_error", "message": "the answer failed; see the server log"}
+    return INTERNAL_ERROR
 
 
 @router.post("/chat", responses={
@@ -55,7 +55,7 @@ async def chat(body: ChatRequest, request: Request, scope: Reader, services: Ser
     if "application/json" in accept and "text/event-stream" not in accept:
         done = await run_in_threadpool(lambda: next(data for event, data in events if event == "done"))
         return JSONResponse(done)
-    return event_stream(itertools.chain([first], events), stream_failure, "chat")  # each event as it happens
+    return event_stream(itertools.chain([first], events), "chat", stream_failure)  # each event as it happens
 
 
 @router.get("/chat/{session_id}", responses=ERROR_RESPONSES)

@@ -23,8 +23,6 @@ from rag_pipeline.serve.http_errors import ERROR_RESPONSES
 from rag_pipeline.serve.models import AskRequest, SearchRequest, SearchResponse
 from rag_pipeline.serve.sse import Event, event_stream
 
-INTERNAL_ERROR = {"code": "internal_error", "message": "the answer failed; see the server log"}
-
 
 def router(default_top_k: int) -> APIRouter:
     """The routes, with `default_top_k` for a body that omits top_k."""
@@ -58,6 +56,6 @@ def router(default_top_k: int) -> APIRouter:
             for piece in itertools.chain([first], pieces):
                 yield ("done", piece.to_json()) if isinstance(piece, Answer) else ("token", {"text": piece})
 
-        return event_stream(events(), lambda error: INTERNAL_ERROR, "answer")
+        return event_stream(events(), "answer")
 
     return routes
