@@ -1,7 +1,7 @@
 """The errors the product raises on purpose: one base (RagError), a few kinds that callers act on.
 
 The CLI maps each kind to an exit code (serve/cli.py: EXIT_CODES) and the HTTP API to a status
-(serve/api.py: HTTP_STATUS), each in that one place. Anything that is not a RagError is a bug: exit 1 / HTTP 500
+(serve/http_errors.py: HTTP_STATUS), each in that one place. Anything that is not a RagError is a bug: exit 1 / HTTP 500
 with no trace shown. Kinds that replace former ValueError/RuntimeError raises keep that builtin as a second base,
 so existing `except ValueError` handlers around library calls keep working.
 """

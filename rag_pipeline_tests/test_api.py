@@ -26,10 +26,11 @@ from rag_pipeline.components import load_settings, open_retriever
 from rag_pipeline.errors import ConfigError, InputError, StoreLocked, StoreUnavailable
 from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.retrieve.retriever import Retriever
-from rag_pipeline.serve.api import IngestJob, create_app, job_json
+from rag_pipeline.serve.app import create_app
 from rag_pipeline.serve.cli import exit_code
+from rag_pipeline.serve.ingest_jobs import IngestJob
+from rag_pipeline.serve.middleware.json_body import JsonNesting
 from rag_pipeline.serve.models import MAX_API_TOP_K, HealthResponse, IngestJobResponse, SearchResponse
-from rag_pipeline.serve.screening import JsonNesting
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.fake_ollama import FakeOllama
 
@@ -432,10 +433,10 @@ def test_ingest_takes_no_paths_and_needs_configured_roots(tmp_path: Path) -> Non
         response = client.post("/ingest")
         assert response.status_code == 409 and response.json()["error"]["code"] == "roots_missing"
         assert str(tmp_path / "gone") in response.json()["error"]["message"]
-    IngestJobResponse.model_validate(job_json(IngestJob("x", ["/a"])))  # the documented shape is the served one
+    IngestJobResponse.model_validate(IngestJob("x", ["/a"]).to_json())  # the documented shape is the served one
 
 
-# --- request screening: Host, Origin, media type, JSON nesting (serve/screening.py) ----------------------------------
+# --- request screening: Host, Origin, media type, JSON nesting (serve/middleware/) -----------------------------------
 
 def test_post_bodies_must_be_json(api: str) -> None:
     query = json.dumps({"query": "duck feathers"}).encode()

@@ -495,7 +495,7 @@ def exported_metrics() -> tuple[set[str], set[str]]:
     """(sample names, label names) the HTTP API exposes on /metrics, read from its registry."""
     from prometheus_client.metrics import MetricWrapperBase
 
-    from rag_pipeline.serve.api import Metrics
+    from rag_pipeline.serve.middleware.prometheus import Metrics
 
     metrics = Metrics()
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}

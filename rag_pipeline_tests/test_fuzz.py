@@ -5,7 +5,7 @@ Two sources of requests, counted together (at least MIN_REQUESTS, every endpoint
   POST /search, /ask, /ingest, GET /ingest/{id} and /healthz;
 - hypothesis, raw hostile requests over every route (/metrics included, which the document leaves out): any
   method, Host, Origin, Content-Type and body (bytes, JSON, JSON nested too deeply), checked against the
-  screening rules of serve/screening.py.
+  screening rules of serve/middleware/.
 No response may be a 5xx or carry a trace; every JSON error has the API's shape. The server's RAG_ROOTS is the
 already-ingested sample corpus, so each POST /ingest that starts (202) is a sync with nothing to do, and the
 others meet the running one (409).
@@ -26,7 +26,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from rag_pipeline.components import load_settings
-from rag_pipeline.serve.screening import LOCAL_HOSTS, MAX_JSON_DEPTH
+from rag_pipeline.serve.middleware.hosts import LOCAL_HOSTS
+from rag_pipeline.serve.middleware.json_body import MAX_JSON_DEPTH
 
 from .test_api import running_api
 

@@ -14,7 +14,7 @@ from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.ingest.catalogue import sync_catalogue
 from rag_pipeline.ingest.chunk import sync_chunks
 from rag_pipeline.ingest.convert import sync_markdown
-from rag_pipeline.ingest.embed import sync_embeddings
+from rag_pipeline.ingest.embeddings import sync_embeddings
 from rag_pipeline.ingest.generation_switch import finalize_generation
 from rag_pipeline.ingest.manifest import configured_report
 from rag_pipeline.ingest.raw import sync_raw

@@ -25,7 +25,7 @@ from rag_pipeline.index.vector_store import (
 )
 from rag_pipeline.ingest.chunk import document_name, read_chunks
 from rag_pipeline.ingest.chunkers import Chunk, contextual_text
-from rag_pipeline.ingest.embed import read_vectors
+from rag_pipeline.ingest.embeddings import read_vectors
 from rag_pipeline.ingest.stage import StageFigures, StageReport, describe, stored_sources, stored_tags, stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar

@@ -1,1 +1,2 @@
-"""Serving layer: the CLI (and later the HTTP API) on top of the Dagster resource."""
+"""Serving layer: the HTTP API (app.py: the app factory, routes/, middleware/) and the command line (cli/), both on
+top of the library."""

@@ -1,19 +1,16 @@
-"""The HTTP API's request and response bodies (pydantic), and what a body's validation errors mean to a caller.
+"""The HTTP API's request and response bodies (pydantic).
 
-The request models validate every POST body (FastAPI does it before the endpoint runs); the response models
-document the answers in /openapi.json. `input_error` turns pydantic's errors into the API's one error: an
-InputError whose code names the field (empty_query, invalid_top_k, unknown_filter_field, ...).
+The request models validate every POST body (FastAPI does it before the endpoint runs; what their validation
+errors mean to a caller is serve/http_errors.py's input_error); the response models document the answers in
+/openapi.json.
 """
 
 from __future__ import annotations
 
-import reprlib
-from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, create_model
 
-from rag_pipeline.errors import InputError
 from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.retrieve.retriever import Mode
 from rag_pipeline.structured.operations import NAMES
@@ -303,53 +300,3 @@ class HealthResponse(BaseModel):
     reranker: RerankerHealth
     semantic_cache: CacheHealth
     hyde: str
-
-
-# What a failed field means: its error code and the rule it broke.
-FIELD_RULES = {
-    "query": ("empty_query", "must be a non-empty string"),
-    "question": ("empty_question", "must be a non-empty string"),
-    "top_k": ("invalid_top_k", f"must be an integer from 1 to {MAX_API_TOP_K}"),
-    "filters": ("invalid_filters", "must be an object of field: value"),
-    "op": ("invalid_op", f"must be one of {', '.join(NAMES)}"),
-    "field": ("invalid_field", "must be a field name"),
-    "by": ("invalid_field", "must be a field name"),
-    "where": ("invalid_where", "must map fields to values, or be a list of 'F=V' strings"),
-    "limit": ("invalid_limit", "must be an integer from 1 to 1000"),
-    "message": ("invalid_message", "must be a non-empty string of at most 4000 characters"),
-    "session_id": ("invalid_session_id", "must be a session id returned by POST /chat"),
-}
-_short = reprlib.Repr()  # a bad value, cut short and a few levels deep (a body can nest deeply)
-_short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60
-
-
-def input_error(errors: Sequence[dict[str, Any]], allowed: Iterable[str] = ()) -> InputError:
-    """The InputError of a request body that failed validation: its first problem, body-level first (not JSON,
-    not an object), then unknown fields, then the fields in order. `allowed` names the body's fields."""
-    errors = sorted(errors, key=lambda error: 0 if len(error["loc"]) < 2 or error["type"] == "json_invalid"
-                    else 1 if error["type"] == "extra_forbidden" else 2)
-    first = errors[0]
-    loc, kind = tuple(first["loc"])[1:], first["type"]  # loc[0] is "body"
-    if kind == "json_invalid":
-        return InputError(f"the body is not valid JSON: {first.get('ctx', {}).get('error', first['msg'])}"
-                          f" (at character {loc[0] if loc else 0})", code="invalid_json")
-    if not loc:
-        return InputError("the body must be a JSON object", code="invalid_body")
-    if kind == "extra_forbidden":
-        unknown = [str(error["loc"][-1]) for error in errors if error["type"] == "extra_forbidden"]
-        if "roots" in unknown:
-            return InputError("the API takes no filesystem paths: POST /ingest syncs the roots the server is "
-                              "configured with (RAG_ROOTS); send an empty body or {}", code="paths_not_accepted")
-        return InputError(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed)) or 'none'}",
-                          code="unknown_field")
-    field = str(loc[0])
-    if field == "filters" and len(loc) > 2:
-        if loc[-1] == "[key]":
-            unknown = [str(error["loc"][2]) for error in errors if tuple(error["loc"])[-1:] == ("[key]",)]
-            return InputError(f"unknown filter field(s) {', '.join(unknown)}; allowed: {', '.join(FILTER_KEYS)} and "
-                              "the document fields declared filterable", code="unknown_filter_field")
-        return InputError(f"filter {loc[1]!r} needs a string or a non-empty list of strings, "
-                          f"got {_short.repr(first.get('input'))}")  # the same words as the retriever's check
-    code, rule = FIELD_RULES.get(field, ("invalid_request", "is invalid"))
-    got = "" if kind == "missing" else f", got {_short.repr(first.get('input'))}"
-    return InputError(f"'{field}' {rule}: {first['msg'].removeprefix('Value error, ')}{got}", code=code)

@@ -29,7 +29,7 @@ from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.errors import RagError, Unavailable
 from rag_pipeline.fields.registry import FieldSpec, declared_fields, field_rows
 from rag_pipeline.fields.values import FieldValue, coerce, typed_value
-from rag_pipeline.ingest.embed import read_vectors
+from rag_pipeline.ingest.embeddings import read_vectors
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.llm import ChatModel
 from rag_pipeline.settings import Settings

@@ -21,8 +21,7 @@ from rag_pipeline.errors import (
     Unavailable,
 )
 from rag_pipeline.serve.cli.admin import run_keys_create, run_keys_list, run_keys_revoke, run_serve
-from rag_pipeline.serve.cli.evaluate import run_beir, run_eval, run_guard_eval
-from rag_pipeline.serve.cli.ingest import (
+from rag_pipeline.serve.cli.corpus import (
     run_forget,
     run_ingest,
     run_manifest,
@@ -31,10 +30,10 @@ from rag_pipeline.serve.cli.ingest import (
     run_sources,
     run_upload,
 )
-from rag_pipeline.serve.cli.query import run_ask, run_chat, run_fields, run_inspect, run_query, run_search
+from rag_pipeline.serve.cli.quality import run_beir, run_eval, run_guard_eval
+from rag_pipeline.serve.cli.questions import run_ask, run_chat, run_fields, run_inspect, run_query, run_search
 from rag_pipeline.structured.operations import NAMES as OPERATION_NAMES
 from rag_pipeline.structured.operations import operation_help
-
 
 DESCRIPTION = "`rag-pipeline` command line. Every command takes --data-dir and --json (one JSON object on stdout)."
 

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_pipeline.serve.api import serve
-    from rag_pipeline.serve.auth import access_log
+    from rag_pipeline.serve.app import serve
     from rag_pipeline.serve.keys import Keyring, check_bind
+    from rag_pipeline.serve.middleware.access_log import access_log
 
     check_bind(args.host, Keyring(settings))
     access_log.setLevel(logging.INFO)

@@ -1,4 +1,4 @@
-"""`rag-pipeline eval`, `beir` and `guard-eval`: measuring retrieval, answers and the guardrails."""
+"""`rag-pipeline eval`, `beir` and `guard-eval`: the quality of retrieval, answers and the guardrails."""
 
 from __future__ import annotations
 

@@ -1,0 +1,2 @@
+"""The HTTP API's routes, one module per resource: search (/search, /ask), conversation (/chat), documents (/ingest,
+/sources and their documents), metadata (/query, /fields), ops (/healthz, /metrics, /openapi.json)."""
