@@ -10,7 +10,8 @@ import pytest
 
 from rag_pipeline.defs.resources import RetrievalResource
 from rag_pipeline.defs.serving import answer_question
-from rag_pipeline.serve.cli import main, parse_filters
+from rag_pipeline.serve.cli import main
+from rag_pipeline.serve.cli.questions import parse_filters
 
 
 def run_answer_question(data_dir: Path, **config) -> dg.ExecuteInProcessResult:
