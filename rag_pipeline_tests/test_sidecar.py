@@ -21,7 +21,14 @@ from rag_pipeline.sidecar.connection import SidecarFile
 from rag_pipeline.sidecar.migrations import STEPS, upgrade
 
 STEP_NAMES = [step.name for step in STEPS]
-TYPES = {name: kind for name, kind in DOCUMENT_COLUMNS.items()}
+TYPES = {  # the documents columns' declarations (a column's never changed once added)
+    "sha": "VARCHAR PRIMARY KEY", "shard": "VARCHAR NOT NULL", "paths": "VARCHAR[] NOT NULL", "sources": "VARCHAR[]",
+    "rel_path": "VARCHAR", "doc_type": "VARCHAR", "tags": "VARCHAR[]", "bytes": "BIGINT", "status": "VARCHAR",
+    "stage": "VARCHAR", "error": "VARCHAR", "converter": "VARCHAR", "pages": "INTEGER", "chars": "INTEGER",
+    "title": "VARCHAR", "first_heading": "VARCHAR", "redactions": "INTEGER", "chunks": "INTEGER",
+    "chunk_set": "VARCHAR", "convert_ms": "DOUBLE", "redact_ms": "DOUBLE", "chunk_ms": "DOUBLE",
+    "first_seen_at": "TIMESTAMP", "ingested_at": "TIMESTAMP", "updated_at": "TIMESTAMP",
+}
 # The documents table of each version, in the order its columns were declared.
 DOCUMENTS_V1 = ["sha", "shard", "paths", "doc_type", "bytes", "status", "stage", "error", "converter", "pages",
                 "chars", "title", "redactions", "chunks", "convert_ms", "redact_ms", "chunk_ms", "first_seen_at",
@@ -172,6 +179,10 @@ VERSIONS = {
     "d7c8f02_opened_by_a3e732b": version(DOCUMENTS_V1, V2_TABLES, steps=1),
 }
 STAMP = datetime(2025, 3, 1, 12, 0)
+OLD_DOCUMENT = {"sha": "a" * 64, "shard": "a", "paths": ["/corpus/notes/pump.md", "/copies/pump.md"],
+                "sources": ["team"], "rel_path": "notes/pump.md", "doc_type": "md", "tags": ["ops"], "bytes": 120,
+                "status": "ok", "stage": "catalogue", "chunks": 2, "chunk_set": "c1", "title": "Pump",
+                "first_heading": "Pump", "first_seen_at": STAMP, "ingested_at": STAMP, "updated_at": STAMP}
 
 
 def make_old_sidecar(path: Path, documents: list[str], tables: list[str], views: str) -> None:
@@ -181,12 +192,7 @@ def make_old_sidecar(path: Path, documents: list[str], tables: list[str], views:
         for table in tables:
             con.execute(f"CREATE TABLE {table} ({TABLES[table]})")
         con.execute(views)
-        document = {"sha": "a" * 64, "shard": "a", "paths": ["/corpus/notes/pump.md", "/copies/pump.md"],
-                    "sources": ["team"], "rel_path": "notes/pump.md", "doc_type": "md", "tags": ["ops"],
-                    "bytes": 120, "status": "ok", "stage": "catalogue", "chunks": 2, "chunk_set": "c1",
-                    "title": "Pump", "first_heading": "Pump", "first_seen_at": STAMP, "ingested_at": STAMP,
-                    "updated_at": STAMP}
-        row = {name: document.get(name) for name in documents}
+        row = {name: OLD_DOCUMENT.get(name) for name in documents}
         con.execute(f"INSERT INTO documents ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                     list(row.values()))
         rows = {
@@ -264,8 +270,9 @@ def test_a_sidecar_of_every_earlier_version_upgrades_in_place(tmp_path: Path, na
         assert table_rows(sidecar, table) == rows, table
 
     document = sidecar.documents()["a" * 64]
-    assert (document["paths"], document["status"], document["first_seen_at"]) == (
-        ["/corpus/notes/pump.md", "/copies/pump.md"], "ok", STAMP)
+    assert {name: document[name] for name in old["documents"]} == {
+        name: OLD_DOCUMENT.get(name) for name in old["documents"]}
+    assert all(document[name] is None for name in set(DOCUMENT_COLUMNS) - set(old["documents"]) - {"sources"})
     if old["steps"] < 6:  # from before named sources: the documents join the source `default`, refusals move
         assert document["sources"] == ["default"]
         assert sidecar.source_errors() == [{"source": "default", "path": "/corpus/empty.md", "reason": "empty file"}]
