@@ -344,6 +344,7 @@ def ingest_and_measure(root: Path, data_dir: Path) -> Measurement:
     from rag_pipeline.defs.ingest_runner import ingest
     from rag_pipeline.ingest.stage import stores
     from rag_pipeline.sidecar import Sidecar
+    from rag_pipeline_tests.sidecar_sql import sql_rows
 
     corpus = build(root)
     ingest([root], data_dir)
@@ -351,8 +352,8 @@ def ingest_and_measure(root: Path, data_dir: Path) -> Measurement:
     artifacts = stores(settings)
     markdown, redacted = _texts(artifacts["markdown"].dir, "*.md"), _texts(artifacts["redacted"].dir, "*.md")
     sidecar = Sidecar(settings.sidecar_path)
-    tables = [row["name"] for row in sidecar.query("SELECT table_name AS name FROM information_schema.tables")]
-    chunk_ids = [row["chunk_id"] for row in sidecar.query("SELECT chunk_id FROM chunks")]
+    tables = [row["name"] for row in sql_rows(sidecar, "SELECT table_name AS name FROM information_schema.tables")]
+    chunk_ids = [row["chunk_id"] for row in sql_rows(sidecar, "SELECT chunk_id FROM chunks")]
     with components.generations(settings).building() as store:
         payloads = [hit.payload for hit in store.get(chunk_ids)]
     retriever = components.open_retriever(settings)
@@ -363,7 +364,7 @@ def ingest_and_measure(root: Path, data_dir: Path) -> Measurement:
     surfaces = {
         "redacted_markdown": redacted,
         "chunk_artifacts": _texts(artifacts["chunks"].dir, "*.jsonl"),
-        "sidecar": "\n".join(repr(sidecar.query(f"SELECT * FROM {table}")) for table in tables),
+        "sidecar": "\n".join(repr(sql_rows(sidecar, f"SELECT * FROM {table}")) for table in tables),
         "qdrant_payload": repr(payloads),
         "search_results": repr(results),
     }

@@ -1,10 +1,13 @@
 """The layout's rules, checked on the source: the packages form a declared order of layers and every import runs
 down it (or within a layer), no two packages of a layer import each other, only the Dagster layer imports
-Dagster, and no module of rag_pipeline imports another that (directly or not) imports it back."""
+Dagster, no module of rag_pipeline imports another that (directly or not) imports it back, and only the sidecar
+package runs SQL on the sidecar."""
 
 from __future__ import annotations
 
 import ast
+import re
+import tempfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rag_pipeline"
@@ -138,3 +141,74 @@ def test_the_cycle_finder_finds_cycles() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
+
+SIDECAR_PACKAGE = "rag_pipeline.sidecar"
+# Modules outside the sidecar package that may import duckdb, and why.
+DUCKDB_ALLOWED = {
+    "rag_pipeline.structured.query": "the metadata query compiler: it owns its SQL and runs it on Sidecar.read_only()",
+    "rag_pipeline.structured.roster": "reads a roster CSV or Parquet file with an in-memory DuckDB, not the sidecar",
+}
+SIDECAR_SQL_ALLOWED = {"rag_pipeline.structured.query"}  # the one module outside the package with SQL on the sidecar
+SIDECAR_CONNECTIONS = {"connect", "read_only", "transaction"}  # Sidecar's connection methods (no arguments)
+
+
+def sidecar_relations() -> set[str]:
+    """The names of the sidecar's tables, views and table macros (of a new sidecar: what the migrations make)."""
+    from rag_pipeline.sidecar import Sidecar
+
+    with tempfile.TemporaryDirectory() as folder:
+        with Sidecar(Path(folder) / "sidecar.duckdb").connect() as con:
+            return {name for (name,) in con.execute(
+                "SELECT table_name FROM information_schema.tables UNION SELECT function_name FROM duckdb_functions() "
+                "WHERE function_type = 'table_macro' AND NOT internal").fetchall()}
+
+
+def sidecar_access(source: str, relations: set[str]) -> list[tuple[str, str]]:
+    """(kind, what) of each way the source reaches the sidecar's database: imports of duckdb ("duckdb"), connections
+    opened the way Sidecar opens them, without arguments ("connection"), and string literals (f-string parts
+    included) with SQL naming one of the sidecar's relations ("sql")."""
+    naming = re.compile(rf"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+({'|'.join(sorted(relations))})\b")
+    found: list[tuple[str, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [("duckdb", alias.name) for alias in node.names if alias.name.split(".")[0] == "duckdb"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "duckdb":
+            found.append(("duckdb", node.module or ""))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in SIDECAR_CONNECTIONS and not node.args and not node.keywords:
+            found.append(("connection", f"{ast.unparse(node.func)}()"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (match := naming.search(node.value)):
+            found.append(("sql", match.group(0)))
+    return found
+
+
+def test_no_module_outside_the_sidecar_package_runs_sql_on_the_sidecar() -> None:
+    """The sidecar is reached through its typed repository methods (the seam another database plugs into); only the
+    metadata query compiler writes its own SQL, and duckdb is imported only where the reason is given above."""
+    assert set(DUCKDB_ALLOWED) | SIDECAR_SQL_ALLOWED <= MODULES.keys()
+    relations = sidecar_relations()
+    assert {"documents", "chunks", "effective_fields", "effective_of", "chat_turns"} <= relations
+    offenders = {}
+    for name, path in MODULES.items():
+        if name == SIDECAR_PACKAGE or name.startswith(SIDECAR_PACKAGE + ".") or name in SIDECAR_SQL_ALLOWED:
+            continue
+        found = [(kind, what) for kind, what in sidecar_access(path.read_text(), relations)
+                 if not (kind == "duckdb" and name in DUCKDB_ALLOWED)]
+        if found:
+            offenders[name] = found
+    assert offenders == {}
+
+
+def test_the_sidecar_access_finder_finds_sql() -> None:
+    source = '''
+import duckdb
+from duckdb import connect
+with self.sidecar.connect() as con, Sidecar(path).read_only() as ro:
+    con.execute(f"DELETE FROM chunks WHERE sha = {sha!r}")
+rows = sidecar._rows("SELECT name, kind FROM effective_of(?)", [[sha]])
+sqlite3.connect(path).execute("SELECT * FROM embeddings")  # another database: neither counts
+"""Read the rows from documents and chunks."""  # prose is not SQL
+'''
+    assert sorted(sidecar_access(source, {"documents", "chunks", "effective_of"})) == [
+        ("connection", "Sidecar(path).read_only()"), ("connection", "self.sidecar.connect()"), ("duckdb", "duckdb"),
+        ("duckdb", "duckdb"), ("sql", "FROM chunks"), ("sql", "FROM effective_of")]

@@ -19,6 +19,7 @@ from rag_pipeline.components import load_settings
 from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.sidecar import Sidecar
+from rag_pipeline_tests.sidecar_sql import sql_rows
 
 from .test_index_sync import assert_index_agrees, scifact_files, sha_of
 
@@ -58,7 +59,7 @@ def assert_honest_state(data_dir: Path) -> dict[str, dict]:
     settings = load_settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_path)
     rows = sidecar.documents()
-    catalogued = {row["sha"] for row in sidecar.query("SELECT DISTINCT sha FROM chunks")}
+    catalogued = {row["sha"] for row in sql_rows(sidecar, "SELECT DISTINCT sha FROM chunks")}
     for sha, row in rows.items():
         if row["status"] == "ok":
             assert row["ingested_at"] is not None and (sha in catalogued or row["chunks"] == 0), row["paths"]

@@ -25,6 +25,7 @@ from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.enrich import Enricher, stale_enrichments
 from rag_pipeline.structured.query import QueryRunner
 from rag_pipeline_tests.fake_ollama import FakeOllama
+from rag_pipeline_tests.sidecar_sql import sql_rows
 
 CATALOG = Path(__file__).resolve().parents[1] / "golden" / "catalog"
 
@@ -39,8 +40,8 @@ def names_found(settings: Settings, filters: dict) -> set[str]:
 
 
 def reconciliation(settings: Settings) -> dict[tuple[str, str], str]:
-    return {(row["key"], row["field"]): row["status"] for row in Sidecar(settings.sidecar_path).query(
-        "SELECT key, field, status FROM reconciliation")}
+    return {(row["key"], row["field"]): row["status"] for row in sql_rows(
+        Sidecar(settings.sidecar_path), "SELECT key, field, status FROM reconciliation")}
 
 
 def test_a_changed_roster_is_reread_reconciled_and_relabels_points(tmp_path: Path,
@@ -107,13 +108,14 @@ def test_llm_enrichment_is_validated_cached_and_falls_back(tmp_path: Path, monke
     sidecar = Sidecar(settings.sidecar_path)
 
     def field_values(name: str) -> dict[str, tuple[str, str]]:
-        return {Path(row["path"]).stem: (row["text_value"], row["origin"]) for row in sidecar.query(
-            "SELECT d.paths[1] AS path, f.text_value, f.origin FROM document_fields f JOIN documents d USING (sha) "
+        return {Path(row["path"]).stem: (row["text_value"], row["origin"]) for row in sql_rows(
+            sidecar, "SELECT d.paths[1] AS path, f.text_value, f.origin FROM document_fields f "
+                     "JOIN documents d USING (sha) "
             "WHERE f.name = ?", [name])}
 
     assert field_values("genre") == {"tides": ("puzzle", "llm:ollama/llama3.2"),
                                      "racer": ("racing", "llm:ollama/llama3.2")}  # garden's label was invalid
-    failed = sidecar.query("SELECT error FROM enrichments WHERE field = 'genre' AND error IS NOT NULL")
+    failed = sql_rows(sidecar, "SELECT error FROM enrichments WHERE field = 'genre' AND error IS NOT NULL")
     assert len(failed) == 1 and "not in the declaration" in failed[0]["error"]
     chats = fake_ollama.bodies("/api/chat")
     assert len(chats) == 3 and all(body["format"]["properties"]["value"]["enum"] == ["puzzle", "racing"]
@@ -154,8 +156,8 @@ def test_keys_numbers_builtin_columns_errors_and_an_llm_outage(tmp_path: Path, m
     settings = load_settings(data_dir=tmp_path / "data")
     ingest(data_dir=settings.data_dir)
     sidecar = Sidecar(settings.sidecar_path)
-    status = {(Path(row["path"]).name if row["path"] else row["key"]): row["status"] for row in sidecar.query(
-        "SELECT path, key, status FROM reconciliation")}
+    status = {(Path(row["path"]).name if row["path"] else row["key"]): row["status"] for row in sql_rows(
+        sidecar, "SELECT path, key, status FROM reconciliation")}
     assert status == {"a.md": "MATCH", "b.md": "NOT_STATED", "c.md": "AMBIGUOUS_KEY", "K3": "ROSTER_ONLY"}
     runner = QueryRunner(settings, sidecar)
     # 7, '07' and 7.0 are one number; the ambiguous document joins no roster row.
@@ -165,11 +167,11 @@ def test_keys_numbers_builtin_columns_errors_and_an_llm_outage(tmp_path: Path, m
     alpha = runner.run_json({"op": "lookup", "where": {"name": "a.md"}}).rows[0]["fields"]
     assert alpha["roster_name"]["value"] == "Alpha" and alpha["name"]["value"] == "a.md"
     # Re-redacting a document does not duplicate its field errors.
-    (sha,) = [row["sha"] for row in sidecar.query("SELECT sha FROM documents WHERE paths[1] LIKE '%d.md'")]
+    (sha,) = [sha for sha, path in sidecar.first_paths().items() if path.endswith("d.md")]
     for artifact in (settings.artifacts_dir / "redacted").glob(f"*/{sha}.*"):
         artifact.unlink()
     ingest(data_dir=settings.data_dir)
-    assert len(sidecar.query("SELECT * FROM field_errors WHERE sha = ?", [sha])) == 1
+    assert len(sidecar.field_errors_of(sha)) == 1
     # An LLM that is down is not the documents' fault: nothing is cached, a later run enriches them.
     monkeypatch.setenv("RAG_OLLAMA_URL", fake_ollama.url)
     monkeypatch.setenv("RAG_LLM_RETRIES", "0")

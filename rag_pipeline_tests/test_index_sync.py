@@ -20,6 +20,7 @@ from rag_pipeline.ingest.chunkers import contextual_text
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
+from rag_pipeline_tests.sidecar_sql import sql_rows
 
 from .conftest import DATASETS, SAMPLE_CORPUS
 
@@ -49,8 +50,8 @@ def all_points(store: VectorStore, settings: Settings) -> dict[str, dict]:
     for shard in settings.shard_keys:
         state = store.shard_state(shard)
         for sha in state:
-            ids = [row["chunk_id"] for row in Sidecar(settings.sidecar_path).query(
-                "SELECT chunk_id FROM chunks WHERE sha = ?", [sha])]
+            ids = [row["chunk_id"] for row in sql_rows(
+                Sidecar(settings.sidecar_path), "SELECT chunk_id FROM chunks WHERE sha = ?", [sha])]
             points.update({hit.id: hit.payload for hit in store.get(ids)})
     return points
 
@@ -59,7 +60,7 @@ def assert_index_agrees(data_dir: Path) -> dict[str, dict]:
     """Points == sidecar chunk rows == chunk file lines, with complete payloads and current paths and tags."""
     settings = load_settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_path)
-    rows = sidecar.query("SELECT c.chunk_id, c.sha, d.paths, d.tags, d.sources FROM chunks c JOIN documents d "
+    rows = sql_rows(sidecar, "SELECT c.chunk_id, c.sha, d.paths, d.tags, d.sources FROM chunks c JOIN documents d "
                          "USING (sha)")
     with open_store(data_dir) as store:
         total = store.count()

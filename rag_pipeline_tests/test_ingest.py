@@ -24,6 +24,7 @@ from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
+from rag_pipeline_tests.sidecar_sql import sql_rows
 
 from .conftest import SAMPLE_CORPUS
 
@@ -84,12 +85,12 @@ def test_sample_corpus_ingests_every_type_and_reingest_does_nothing(corpus: Path
     assert config["redactions"] >= 5
     assert config["title"] == config["first_heading"] == "Configuring Nimbus" and config["ingested_at"]
     sidecar = Sidecar(settings.sidecar_path)
-    kinds = {r["kind"]: r["count"] for r in sidecar.query("SELECT kind, count FROM redactions WHERE sha = ?",
-                                                          [config["sha"]])}
+    kinds = {r["kind"]: r["count"] for r in sql_rows(sidecar, "SELECT kind, count FROM redactions WHERE sha = ?",
+                                                     [config["sha"]])}
     assert kinds["aws_access_key"] == 1 and kinds["password"] == 1 and kinds["jwt"] == 1
-    assert sidecar.query("SELECT count(*) AS n FROM chunks")[0]["n"] == summary["chunks"]
-    runs = sidecar.query("SELECT asset, added FROM runs WHERE list_contains(?, run_id) ORDER BY asset",
-                         [summary["run_ids"]])
+    assert sql_rows(sidecar, "SELECT count(*) AS n FROM chunks")[0]["n"] == summary["chunks"]
+    runs = sql_rows(sidecar, "SELECT asset, added FROM runs WHERE list_contains(?, run_id) ORDER BY asset",
+                    [summary["run_ids"]])
     assert {r["asset"]: r["added"] for r in runs}["raw_documents"] == 14 and len(runs) == 7
     texts = all_chunk_texts(settings)
     for secret in ["AKIAIOSFODNN7EXAMPLE", "Tr0ub4dor&3-staging", "xoxb-2048", "maria.keller@", "eyJhbGciOi"]:

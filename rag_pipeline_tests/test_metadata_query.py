@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.query import QueryRunner
+from rag_pipeline_tests.sidecar_sql import sql_rows
 from rag_pipeline_tests.test_api import running_api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,17 +41,18 @@ def names(result: dict) -> set[str]:
 
 
 def test_every_property_source_lands_in_the_sidecar(catalog: Settings) -> None:
-    origins = {row["origin"] for row in Sidecar(catalog.sidecar_path).query(
-        "SELECT DISTINCT origin FROM document_fields")}
+    origins = {row["origin"] for row in sql_rows(
+        Sidecar(catalog.sidecar_path), "SELECT DISTINCT origin FROM document_fields")}
     assert {"front_matter", "docx", "pptx", "pdf", "html"} <= origins
-    errors = Sidecar(catalog.sidecar_path).query(
-        "SELECT d.paths[1] AS path, e.error FROM field_errors e JOIN documents d USING (sha)")
+    errors = sql_rows(Sidecar(catalog.sidecar_path),
+                      "SELECT d.paths[1] AS path, e.error FROM field_errors e JOIN documents d USING (sha)")
     assert [Path(row["path"]).name for row in errors] == ["brine-and-bramble.md"]
     assert "malformed YAML" in errors[0]["error"]
     broken = run(catalog, op="lookup", where={"name": "brine-and-bramble.md"})["rows"][0]
     assert broken["fields"]["title"] == {"value": "Brine & Bramble", "type": "string", "origin": "heading"}
     assert "themes" not in broken["fields"] and broken["field_errors"]
-    chunks = Sidecar(catalog.sidecar_path).query(
+    chunks = sql_rows(
+        Sidecar(catalog.sidecar_path),
         "SELECT count(*) AS n FROM chunks c JOIN documents d USING (sha) WHERE d.paths[1] LIKE '%brine-and-bramble.md'")
     assert chunks[0]["n"] > 0  # the text is ingested all the same
 
@@ -151,12 +154,11 @@ def test_a_scope_limits_what_is_counted(catalog: Settings) -> None:
 
 def test_roster_join_and_every_reconciliation_state(catalog: Settings) -> None:
     sidecar = Sidecar(catalog.sidecar_path)
-    counts = {row["status"]: row["n"] for row in sidecar.query(
-        "SELECT status, count(*) AS n FROM reconciliation GROUP BY status")}
+    counts = Counter(row["status"] for row in sidecar.reconciliation())
     assert counts["MISMATCH"] == 4 and counts["MISSING_IN_ROSTER"] == 2 and counts["ROSTER_ONLY"] == 2
     assert counts["MATCH"] > 0 and counts["NOT_STATED"] > 0
-    mismatched = {(row["key"], row["field"]): (row["document_value"], row["roster_value"]) for row in sidecar.query(
-        "SELECT * FROM reconciliation WHERE status = 'MISMATCH'")}
+    mismatched = {(row["key"], row["field"]): (row["document_value"], row["roster_value"]) for row in sql_rows(
+        sidecar, "SELECT * FROM reconciliation WHERE status = 'MISMATCH'")}
     assert mismatched[("P-003", "publisher")] == ("Lantern House", "Northwind Interactive")
     assert mismatched[("P-013", "genre")] == ("platformer", "puzzle")
     # Authoritative: the roster's value is the field's value, whatever the document claims.

@@ -227,7 +227,8 @@ def test_sensor_watches_every_source(tmp_path: Path, data_dir: Path, monkeypatch
 
 def make_legacy(data_dir: Path) -> None:
     """Turn a data dir into one made before named sources and generations: no source tables or column, the last
-    scan's refusals in `source_errors`, the collection named after the model only, points without `sources`."""
+    scan's refusals in `source_errors`, no record of migration steps (a sidecar that old has none), the collection
+    named after the model only, points without `sources`."""
     settings = load_settings(data_dir=data_dir)
     active = components.generations(settings).active()
     legacy = collection_name(active.model_id, active.dimension)
@@ -242,7 +243,7 @@ def make_legacy(data_dir: Path) -> None:
     finally:
         store.close()
     con = duckdb.connect(str(settings.sidecar_path))
-    for table in ("sources", "source_files", "refusals", "uploads", "run_documents"):
+    for table in ("sources", "source_files", "refusals", "uploads", "run_documents", "schema_migrations"):
         con.execute(f"DROP TABLE {table}")
     con.execute("ALTER TABLE documents DROP COLUMN sources")
     con.execute("CREATE TABLE source_errors (path VARCHAR PRIMARY KEY, reason VARCHAR, seen_at TIMESTAMP)")

@@ -4,18 +4,15 @@ updated for RAG_CHAT_RETENTION_DAYS are deleted whenever a turn is saved."""
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
 from datetime import timedelta
 from typing import Any
 
 from rag_pipeline.errors import NotFound
-from rag_pipeline.sidecar import Sidecar, now, records
+from rag_pipeline.sidecar import Sidecar
 
 LOCAL_OWNER = "local"  # the owner of sessions made without an API key (loopback, no keys configured; the CLI)
 HISTORY_TURNS = 10  # earlier turns a new turn reads (follow-ups need the last ones)
-_save_lock = threading.Lock()  # turns of one process are numbered one at a time
 
 
 def key_owner(key_name: str | None) -> str:
@@ -39,43 +36,18 @@ class ChatMemory:
     def turns(self, session_id: str, owner: str, last: int | None = None) -> list[dict[str, Any]]:
         """The session's turns (its `last` ones), oldest first; NotFound for another owner's session or one that
         expired."""
-        with self.sidecar.connect() as con:
-            found = con.execute("SELECT owner, updated_at FROM chat_sessions WHERE id = ?", [session_id]).fetchone()
-            if found is None or found[0] != owner or found[1] < now() - self.retention:
-                raise NotFound(f"no chat session {session_id!r}", code="session_not_found")
-            rows = records(con.execute(
-                "SELECT * FROM (SELECT turn, message, answer, record, created_at FROM chat_turns WHERE session_id = ? "
-                "ORDER BY turn DESC LIMIT ?) ORDER BY turn", [session_id, last or 2**31 - 1]))
-        return [{**row, "record": json.loads(row["record"])} for row in rows]
+        turns = self.sidecar.chat_turns(session_id, owner, self.retention, last)
+        if turns is None:
+            raise NotFound(f"no chat session {session_id!r}", code="session_not_found")
+        return turns
 
     def save(self, session_id: str, owner: str, message: str, answer: str, record: dict[str, Any]) -> int:
         """Append a turn (creating the session); returns its number. Expired sessions are deleted first."""
-        stamp = now()
-        with _save_lock, self.sidecar.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            expired = [row[0] for row in con.execute("SELECT id FROM chat_sessions WHERE updated_at < ?",
-                                                     [stamp - self.retention]).fetchall()]
-            if expired:
-                con.execute("DELETE FROM chat_turns WHERE list_contains(?, session_id)", [expired])
-                con.execute("DELETE FROM chat_sessions WHERE list_contains(?, id)", [expired])
-            found = con.execute("SELECT owner FROM chat_sessions WHERE id = ?", [session_id]).fetchone()
-            if found is not None and found[0] != owner:
-                con.execute("ROLLBACK")
-                raise NotFound(f"no chat session {session_id!r}", code="session_not_found")
-            con.execute("INSERT OR REPLACE INTO chat_sessions VALUES (?, ?, coalesce((SELECT created_at FROM "
-                        "chat_sessions WHERE id = ?), ?), ?)", [session_id, owner, session_id, stamp, stamp])
-            turn = con.execute("SELECT coalesce(max(turn), 0) + 1 FROM chat_turns WHERE session_id = ?",
-                               [session_id]).fetchone()[0]
-            con.execute("INSERT INTO chat_turns VALUES (?, ?, ?, ?, ?, ?)",
-                        [session_id, turn, message, answer,
-                         json.dumps(record, default=str, allow_nan=False, ensure_ascii=True), stamp])
-            con.execute("COMMIT")
+        turn = self.sidecar.append_chat_turn(session_id, owner, message, answer, record, self.retention)
+        if turn is None:
+            raise NotFound(f"no chat session {session_id!r}", code="session_not_found")
         return turn
 
     def delete(self, session_id: str, owner: str) -> None:
         self.turns(session_id, owner)  # NotFound for a stranger
-        with self.sidecar.connect() as con:
-            con.execute("BEGIN TRANSACTION")
-            con.execute("DELETE FROM chat_turns WHERE session_id = ?", [session_id])
-            con.execute("DELETE FROM chat_sessions WHERE id = ?", [session_id])
-            con.execute("COMMIT")
+        self.sidecar.delete_chat_session(session_id)

@@ -291,8 +291,8 @@ def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
     """Documents and chunks by type, by source and by tag, failures and redaction totals over the whole corpus."""
     sidecar = rag.sidecar()
     by_type = sidecar.totals_by_type()
-    redactions = sidecar.query("SELECT kind, sum(count) AS count FROM redactions GROUP BY kind ORDER BY count DESC")
-    failures = sidecar.query("SELECT paths[1] AS path, error FROM documents WHERE status = 'failed' ORDER BY path")
+    redactions = sidecar.redaction_totals()
+    failures = sidecar.failed_documents()
     refused = sidecar.source_errors()
     lines = ["| type | documents | failed | chunks | redactions |", "|---|---:|---:|---:|---:|"]
     lines += [
@@ -312,7 +312,7 @@ def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
             "by_type": dg.MetadataValue.md("\n".join(lines)),
             "by_source": dg.MetadataValue.md("\n".join(sources)),
             "by_tag": dg.MetadataValue.md("\n".join(tags)),
-            "redactions_by_kind": dg.MetadataValue.json({r["kind"]: r["count"] for r in redactions}),
+            "redactions_by_kind": dg.MetadataValue.json({r["kind"]: r["findings"] for r in redactions}),
             "failures": dg.MetadataValue.md(
                 "\n".join(
                     f"- `{f['path']}`: {f['error']}"

@@ -29,8 +29,7 @@ def document_enrichment(rag: RagResource) -> dg.MaterializeResult:
     model and field schema; without an LLM, classify or lead stand in). Failures leave the field NULL."""
     settings, sidecar = rag.settings, rag.sidecar()
     report = Enricher(settings, sidecar, rag.embedder, build_llm(settings)).run()
-    paths = {row["sha"]: row["path"] for row in sidecar.query("SELECT sha, paths[1] AS path FROM documents")}
-    failed = failures(report, paths)
+    failed = failures(report, sidecar.first_paths())
     summary = enrichment_summary(report)
     return dg.MaterializeResult(metadata={
         "fields": len(report.fields),

@@ -65,7 +65,7 @@ def switch_if_complete(settings: Settings, sidecar: Sidecar, generations: IndexG
     with generations.building() as store:
         report.pending_shards = pending_shards(settings, stored_manifest(sidecar), sidecar, store)
         if not report.pending_shards:
-            documents = {row["sha"] for row in sidecar.query("SELECT sha FROM documents")}
+            documents = sidecar.document_shas()
             expected = {shard: expected_chunks(settings, shard, documents) for shard in settings.shard_keys}
             report.check_failures = chunk_mismatches(store, expected, sidecar)
         report.points = store.count()

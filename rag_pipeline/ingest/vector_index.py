@@ -170,7 +170,7 @@ def relabel_to_match(store: VectorStore, shard: str, rows: dict[str, dict]) -> i
 def field_labels_digest(settings: Settings, sidecar: Sidecar) -> str:
     """A digest of every document's filterable field labels (what the points should carry)."""
     names = filterable_fields(settings)
-    labels = sidecar.field_labels([row["sha"] for row in sidecar.query("SELECT sha FROM documents")], names)
+    labels = sidecar.field_labels(list(sidecar.document_shas()), names)
     return hashlib.sha256(json.dumps([names, sorted(labels.items())]).encode()).hexdigest()
 
 
@@ -181,9 +181,7 @@ def sync_field_labels(settings: Settings, sidecar: Sidecar, live: Sequence[Vecto
     digest = field_labels_digest(settings, sidecar)
     if sidecar.get_state(FIELD_LABELS) == digest:
         return 0
-    by_shard: dict[str, list[str]] = {}
-    for row in sidecar.query("SELECT sha, shard FROM documents"):
-        by_shard.setdefault(row["shard"], []).append(row["sha"])
+    by_shard = sidecar.shas_by_shard()
     relabelled = 0
     for store in live:
         changed = sum(relabel_to_match(store, shard, labelled_rows(settings, sidecar, shas))

@@ -60,18 +60,14 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
         sha, row = find_document(sidecar, args.document)
         return field_rows(sidecar, sha), f"fields of {', '.join(row['paths'])} ({sha[:12]})"
     if args.view == "reconciliation":
-        return sidecar.query(
-            "SELECT status, roster, key, field, document_value, roster_value, path FROM reconciliation "
-            "WHERE ? IS NULL OR status = ? ORDER BY status = 'MATCH', status, roster, key, field",
-            [args.status, args.status]), "reconciliation"
+        return sidecar.reconciliation(args.status), "reconciliation"
     if args.view == "failures":
         failed = [{"path": row["path"], "kind": "failed", "reason": row["error"]}
                   for row in documents(sidecar, "failed", None, None, 100_000)]
         refused = [{"path": row["path"], "kind": "refused", "reason": row["reason"]} for row in sidecar.source_errors()]
         return failed + refused, "failures"
     if args.view == "redactions":
-        return sidecar.query("SELECT kind, SUM(count) AS findings, COUNT(DISTINCT sha) AS documents FROM redactions "
-                             "GROUP BY kind ORDER BY findings DESC, kind"), "redactions by kind"
+        return sidecar.redaction_totals(), "redactions by kind"
     registry = components.generations(settings)
     with registry.query_store() as store:
         info = store.info()
@@ -110,8 +106,7 @@ def find_document(sidecar: Sidecar, key: str) -> tuple[str, dict[str, Any]]:
 
 
 def chunk_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str, Any]]:
-    catalogue = sidecar.query("SELECT chunk_index, heading_path, line_start, page, chars, shard FROM chunks "
-                              "WHERE sha = ? AND chunk_set = ? ORDER BY chunk_index", [sha, settings.chunking_id])
+    catalogue = sidecar.chunk_catalogue(sha, settings.chunking_id)
     texts = {}
     if catalogue:
         texts = {chunk.chunk_index: chunk.text for chunk in read_chunks(settings, catalogue[0]["shard"], sha)}
@@ -125,11 +120,11 @@ def field_rows(sidecar: Sidecar, sha: str) -> list[dict[str, Any]]:
     rows = [{"field": name, "value": value, "type": kind, "origin": origin}
             for name, (value, kind, origin) in document_fields(sidecar, sha).items()]
     rows += [{"field": "(error)", "value": row["error"], "type": "", "origin": row["origin"]}
-             for row in sidecar.query("SELECT origin, error FROM field_errors WHERE sha = ?", [sha])]
+             for row in sidecar.field_errors_of(sha)]
     rows += [{"field": row["field"], "value": f"{row['status']}: document {row['document_value']!r}, roster "
                                               f"{row['roster_value']!r}", "type": "reconciliation",
               "origin": f"roster:{row['roster']}"}
-             for row in sidecar.query("SELECT * FROM reconciliation WHERE sha = ? ORDER BY field", [sha])]
+             for row in sidecar.reconciliation_of(sha)]
     return rows
 
 
@@ -137,7 +132,7 @@ def document_fields(sidecar: Sidecar, sha: str) -> dict[str, tuple[Any, str, str
     """name -> (value, type, origin) of one document's effective fields (lists gathered), every field shown (the
     query tool's lookup hides fields declared queryable: false; an operator's view does not)."""
     fields: dict[str, tuple[Any, str, str]] = {}
-    for row in sidecar.query("SELECT name, kind, text_value, origin FROM effective_of(?) ORDER BY name", [[sha]]):
+    for row in sidecar.effective_fields_of(sha):
         if row["name"] in fields and row["kind"] == "list":
             fields[row["name"]][0].append(row["text_value"])
         elif row["name"] not in fields:

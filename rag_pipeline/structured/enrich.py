@@ -148,11 +148,7 @@ def stale_enrichments(settings: Settings, sidecar: Sidecar, llm: ChatModel | Non
     stale = []
     for spec in enriched_fields(settings):
         method = method_for(spec, llm)
-        missing = sidecar.query(
-            "SELECT count(*) AS n FROM documents d WHERE status = 'ok' AND NOT EXISTS (SELECT 1 FROM enrichments e "
-            "WHERE e.sha = d.sha AND e.field = ? AND e.model = ? AND e.schema_hash = ?)",
-            [spec.name, model_for(settings, method, llm), schema_hash(spec, method)])[0]["n"]
-        if missing:
+        if sidecar.unenriched_count(spec.name, model_for(settings, method, llm), schema_hash(spec, method)):
             stale.append(spec.name)
     return stale
 
@@ -171,16 +167,13 @@ class Enricher:
 
     def run(self) -> EnrichmentReport:
         report = EnrichmentReport()
-        documents = {row["sha"]: row["shard"] for row in self.sidecar.query(
-            "SELECT sha, shard FROM documents WHERE status = 'ok' ORDER BY sha")}
+        documents = self.sidecar.ingested_shards()
         for spec in enriched_fields(self.settings):
             method = method_for(spec, self.llm)
             model = model_for(self.settings, method, self.llm)
             digest = schema_hash(spec, method)
             outcome = report.fields[spec.name] = FieldEnrichment(method, model)
-            cached = {row["sha"]: row for row in self.sidecar.query(
-                "SELECT sha, value, error FROM enrichments WHERE field = ? AND model = ? AND schema_hash = ?",
-                [spec.name, model, digest])}
+            cached = self.sidecar.cached_enrichments(spec.name, model, digest)
             new_rows = []
             for sha, shard in documents.items():
                 if sha in cached:

@@ -205,7 +205,7 @@ def stale_rosters(settings: Settings, sidecar: Sidecar) -> list[str]:
     no longer configured."""
     specs = roster_specs(settings)
     declared = declared_fields(settings)
-    stored = {row["name"]: row["sha"] for row in sidecar.query("SELECT name, sha FROM rosters")}
+    stored = {name: row["sha"] for name, row in sidecar.rosters().items()}
     stale = [spec.name for spec in specs
              if not spec.path.is_file() or stored.get(spec.name) != roster_digest(spec, declared)]
     return stale + sorted(set(stored) - {spec.name for spec in specs})
@@ -217,7 +217,7 @@ def load_rosters(settings: Settings, sidecar: Sidecar) -> RosterReport:
     report = RosterReport()
     specs = roster_specs(settings)
     declared = declared_fields(settings)
-    stored = {row["name"]: row for row in sidecar.query("SELECT * FROM rosters")}
+    stored = sidecar.rosters()
     for spec in specs:
         if not spec.path.is_file():
             raise ConfigError(f"roster {spec.path}: no such file")
@@ -253,21 +253,14 @@ def claim(values: list[str]) -> str | None:
 def reconcile(sidecar: Sidecar) -> list[dict[str, Any]]:
     """Per roster, joined document and authoritative column: the document's claim against the roster's value."""
     result: list[dict[str, Any]] = []
-    for roster in sidecar.query("SELECT name, document_key, authoritative FROM rosters ORDER BY name"):
-        name, document_key, columns = roster["name"], roster["document_key"], list(roster["authoritative"] or [])
-        keyed = sidecar.query(
-            "SELECT f.sha, f.text_value AS key, d.paths[1] AS path FROM own_fields f JOIN documents d USING (sha) "
-            "WHERE f.name = ? AND d.status = 'ok' ORDER BY key, path", [document_key])
+    for name, roster in sidecar.rosters().items():
+        columns = list(roster["authoritative"] or [])
+        keyed = sidecar.documents_keyed_by(roster["document_key"])
         roster_rows: dict[str, dict[str, list[str]]] = {}
-        for row in sidecar.query("SELECT key, name, text_value FROM roster_values WHERE roster = ? ORDER BY key, "
-                                 "name, position", [name]):
+        for row in sidecar.roster_values_of(name):
             roster_rows.setdefault(row["key"], {}).setdefault(row["name"], []).append(row["text_value"])
-        for key in sidecar.query("SELECT DISTINCT key FROM roster_values WHERE roster = ?", [name]):
-            roster_rows.setdefault(key["key"], {})
         claims: dict[str, dict[str, list[str]]] = {}
-        for row in sidecar.query(
-                "SELECT sha, name, text_value FROM own_fields WHERE list_contains(?, name) AND list_contains(?, sha) "
-                "ORDER BY sha, name", [columns, [row["sha"] for row in keyed]]):
+        for row in sidecar.own_values(columns, [row["sha"] for row in keyed]):
             claims.setdefault(row["sha"], {}).setdefault(row["name"], []).append(row["text_value"])
         keys_of: dict[str, list[str]] = {}
         for row in keyed:

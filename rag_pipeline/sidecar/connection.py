@@ -1,0 +1,165 @@
+"""Connections to the sidecar's DuckDB file.
+
+DuckDB allows one writer process at a time, so every operation opens its own short-lived connection and retries
+briefly when another process holds the file lock (or another thread of this one is opening or closing the file:
+the API's threads read it while an ingest writes it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from rag_pipeline.errors import StoreUnavailable
+
+LOCK_RETRY_SECONDS = 10.0
+READ_ONLY_CONFIG = {"enable_external_access": False, "lock_configuration": True, "threads": 1, "max_memory": "512MB"}
+READ_ONLY_WAIT_SECONDS = 5.0
+
+
+def records(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Rows of an executed query as dicts (NULL stays None)."""
+    names = [column[0] for column in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def now() -> datetime:
+    """The current UTC time without a zone (how the sidecar stores timestamps)."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, columns: Sequence[str], rows: Sequence[Any],
+                *, replace: bool = False) -> None:
+    """Insert `rows` (dicts or tuples in `columns` order) into `table` as one statement."""
+    if not rows:
+        return
+    con.register("incoming", pd.DataFrame(list(rows), columns=list(columns), dtype=object))
+    names = ", ".join(columns)
+    con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) SELECT {names} FROM incoming")
+    con.unregister("incoming")
+
+
+class ModeGate:
+    """Connections of one process to one DuckDB file all need the same configuration (DuckDB refuses to open a
+    file twice with different ones), so read-write and read-only connections take turns: any number of one mode
+    at a time; a mode that is waiting stops new connections of the other mode (neither starves)."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._mode: str | None = None
+        self._open = 0
+        self._waiting: dict[str, int] = {}
+        self._local = threading.local()  # the mode this thread holds
+
+    @contextmanager
+    def hold(self, mode: str, timeout: float, path: Path) -> Iterator[None]:
+        held = getattr(self._local, "mode", None)
+        if held is not None:  # this thread holds the gate already: nest in the same mode only
+            if held != mode:
+                raise RuntimeError(f"a {mode} connection to {path} opened inside a {held} one")
+            yield
+            return
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            self._waiting[mode] = self._waiting.get(mode, 0) + 1
+            try:
+                while not (self._open == 0 or (self._mode == mode and not self._others_waiting(mode))):
+                    if not self._condition.wait(timeout=max(0.0, deadline - time.monotonic())) and \
+                            time.monotonic() >= deadline:
+                        raise StoreUnavailable(f"the metadata sidecar {path} stayed busy for {timeout:g} s")
+            finally:
+                self._waiting[mode] -= 1
+            self._mode, self._open = mode, self._open + 1
+        self._local.mode = mode
+        try:
+            yield
+        finally:
+            self._local.mode = None
+            with self._condition:
+                self._open -= 1
+                self._condition.notify_all()
+
+    def _others_waiting(self, mode: str) -> bool:
+        return any(count for other, count in self._waiting.items() if other != mode)
+
+
+_gates: dict[Path, ModeGate] = {}
+_gates_lock = threading.Lock()
+
+
+def gate_for(path: Path) -> ModeGate:
+    with _gates_lock:
+        return _gates.setdefault(Path(path).resolve(), ModeGate())
+
+
+def open_retrying(opener: Callable[[], duckdb.DuckDBPyConnection], path: Path,
+                  timeout: float) -> duckdb.DuckDBPyConnection:
+    """A new connection; retried while another thread of this process attaches or detaches the file (DuckDB's
+    instance cache) or another process holds its lock."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return opener()
+        except duckdb.ResourceInUseException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise StoreUnavailable(f"the metadata sidecar {path} is locked by another process: {exc}") from exc
+            time.sleep(0.2)
+
+
+class SidecarFile:
+    """The DuckDB file at `path` and its connections: the base of every repository of the sidecar."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextmanager
+    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection (retried briefly while another process holds the file)."""
+        with gate_for(self.path).hold("read-write", LOCK_RETRY_SECONDS, self.path):
+            con = open_retrying(lambda: duckdb.connect(str(self.path)), self.path, LOCK_RETRY_SECONDS)
+            try:
+                yield con
+            finally:
+                con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-write connection inside one transaction: committed when the block ends, rolled back when it
+        raises."""
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    @contextmanager
+    def read_only(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection with external access off and its configuration locked (what the metadata query
+        tool runs on): it can read the sidecar's tables and nothing else, and change nothing."""
+        with gate_for(self.path).hold("read-only", READ_ONLY_WAIT_SECONDS, self.path):
+            con = open_retrying(lambda: duckdb.connect(str(self.path), read_only=True, config=READ_ONLY_CONFIG),
+                                self.path, READ_ONLY_WAIT_SECONDS)
+            try:
+                yield con
+            finally:
+                con.close()
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """The rows of one read, as dicts (for the repositories' own SQL)."""
+        with self.connect() as con:
+            return records(con.execute(sql, list(params)))
