@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     guard = commands.add_parser("guard-eval", parents=[common],
                                 help="ingest the prompt-injection corpus into its own data dir and report attack "
                                      "success and false-positive rates per guardrail layer")
-    guard.add_argument("--cases", default=str(Path(__file__).resolve().parents[2] / "golden" / "attacks" /
+    guard.add_argument("--cases", default=str(Path(__file__).resolve().parents[3] / "golden" / "attacks" /
                                               "cases.yaml"), help="cases.yaml of the attack corpus")
     guard.add_argument("--top-k", type=int, default=5)
     guard.set_defaults(run=run_guard_eval)
