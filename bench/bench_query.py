@@ -156,7 +156,7 @@ def http_load(data_dir: Path, queries: list[str], client_counts: list[int], requ
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "rag_pipeline", "serve", "--port", str(port),
-                               "--data-dir", str(data_dir)], stderr=subprocess.DEVNULL)
+                               "--data-dir", str(data_dir), "--keyless-loopback"], stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
         while True:

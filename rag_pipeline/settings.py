@@ -226,6 +226,10 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = None
     api_key_file: Path | None = None
     api_log_queries: bool = False  # the access log also records query text
+    # Without any API key, serve the requests that arrive on a loopback address (a single user's machine). Off:
+    # `serve` without a key refuses to start. Never behind a reverse proxy (everything it forwards is loopback).
+    # A server that has had a key refuses every request once it has none, whatever this says.
+    api_keyless_loopback: bool = False
     # Host header names the API answers besides localhost, 127.0.0.1 and [::1] (the port is ignored; an IPv6
     # address in brackets); any other Host gets 400 invalid_host, so a DNS-rebinding page cannot reach the server.
     api_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -133,12 +133,15 @@ def test_loopback_rules(tmp_path: Path) -> None:
     for host in ("0.0.0.0", "::", "192.0.2.2", "example.com", "", "localhost.evil.com"):
         assert not is_loopback(host), host
     empty = Keyring(load_settings(data_dir=tmp_path))
-    check_bind("127.0.0.1", empty)
-    with pytest.raises(ConfigError, match="rag-pipeline keys create"):
-        check_bind("0.0.0.0", empty)
+    check_bind("127.0.0.1", empty, keyless_loopback=True)
+    with pytest.raises(ConfigError, match="--keyless-loopback"):
+        check_bind("127.0.0.1", empty, keyless_loopback=False)  # keyless loopback mode is a choice made at start
+    for keyless in (True, False):
+        with pytest.raises(ConfigError, match="rag-pipeline keys create"):
+            check_bind("0.0.0.0", empty, keyless)
     create_key(tmp_path / "api_keys.yaml", "ops", "admin")
-    check_bind("0.0.0.0", empty)  # the same keyring, once a key exists
-    check_bind("0.0.0.0", Keyring(load_settings(data_dir=tmp_path / "other", api_key="k" * 32)))
+    check_bind("0.0.0.0", empty, False)  # the same keyring, once a key exists
+    check_bind("0.0.0.0", Keyring(load_settings(data_dir=tmp_path / "other", api_key="k" * 32)), False)
 
 
 def test_serve_refuses_a_public_host_without_a_key(tmp_path: Path) -> None:
@@ -148,7 +151,7 @@ def test_serve_refuses_a_public_host_without_a_key(tmp_path: Path) -> None:
     assert process.returncode == 2
     assert process.stderr.strip().splitlines() == [(
         "rag-pipeline: refusing to serve on 0.0.0.0 without an API key: create one with `rag-pipeline keys create "
-        "NAME` (or set RAG_API_KEY), or serve on 127.0.0.1")]
+        "NAME --role admin` (or set RAG_API_KEY), or serve on 127.0.0.1 with --keyless-loopback")]
     assert process.stdout == ""
 
 
@@ -356,3 +359,106 @@ def test_without_keys_only_loopback_is_served(tagged_index: Path, tmp_path: Path
     lines = [json.loads(record.getMessage()) for record in caplog.records if record.name == "rag_pipeline.access"]
     assert [(line["key"], line["status"], line.get("query")) for line in lines if line["endpoint"] == "/search"] == [
         ("-", 200, CONTRACT_QUESTION), ("-", 403, CONTRACT_QUESTION)]
+
+
+# --- failing closed: keyless loopback mode is chosen at start; a server that lost its keys is locked ---------------
+
+
+def test_serve_without_a_key_refuses_to_start_unless_keyless_loopback_is_chosen(tmp_path: Path) -> None:
+    process = subprocess.run([sys.executable, "-m", "rag_pipeline", "serve", "--data-dir", str(tmp_path)], cwd=REPO,
+                             env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert process.returncode == 2 and process.stdout == ""
+    [line] = process.stderr.strip().splitlines()
+    assert line.startswith("rag-pipeline: refusing to serve without an API key: create one with `rag-pipeline keys "
+                           "create NAME --role admin`")
+    assert "serve --keyless-loopback" in line and "RAG_API_KEYLESS_LOOPBACK=true" in line
+
+
+def status_and_code(url: str, token: str = "", headers: dict[str, str] | None = None) -> tuple[int, str | None]:
+    response = httpx.post(f"{url}/search", json={"query": "leave"}, headers={**bearer(token), **(headers or {})},
+                          timeout=60)
+    return response.status_code, response.json().get("error", {}).get("code")
+
+
+def test_a_server_that_lost_its_keys_is_locked_not_open(tagged_index: Path, tmp_path: Path) -> None:
+    """Keys moved away, emptied, unreadable or the last one revoked: every request gets 503 until a key exists
+    again, even in keyless loopback mode and on loopback; the error names no file."""
+    path = tmp_path / "keys" / "api_keys.yaml"
+    path.parent.mkdir()
+    _, token = create_key(path, "ops", "admin")
+    settings = load_settings(data_dir=tagged_index, api_keys_file=path)
+    with running_api(settings, keyless_loopback=True) as url:
+        assert status_and_code(url, token) == (200, None)
+        assert status_and_code(url) == (401, "not_authenticated")
+        path.rename(path.with_name("moved.yaml"))
+        assert status_and_code(url) == status_and_code(url, token) == (503, "api_keys_missing")
+        assert httpx.get(f"{url}/metrics").status_code == 503 and httpx.get(f"{url}/healthz").status_code == 200
+        path.with_name("moved.yaml").rename(path)
+        assert status_and_code(url, token) == (200, None) and status_and_code(url)[0] == 401
+
+        path.write_text("keys: [")  # unreadable: refused, the details only in the server's log
+        response = httpx.post(f"{url}/search", json={"query": "leave"}, headers=bearer(token))
+        assert response.status_code == 503 and response.json()["error"]["code"] == "api_keys_unreadable"
+        assert str(tmp_path) not in response.text
+        path.unlink()
+        _, token = create_key(path, "ops", "admin")
+        assert status_and_code(url, token) == (200, None)
+
+        revoke_key(path, "ops")  # the last key
+        assert status_and_code(url) == status_and_code(url, token) == (503, "api_keys_missing")
+
+
+def test_without_keys_nothing_is_served_unless_keyless_loopback_was_chosen(tagged_index: Path,
+                                                                           tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tagged_index, api_keys_file=tmp_path / "no_keys.yaml")
+    with running_api(settings, keyless_loopback=False) as url:
+        assert status_and_code(url) == (503, "no_api_keys")
+        assert httpx.get(f"{url}/healthz").status_code == 200
+    with running_api(settings, keyless_loopback=True) as url:
+        assert status_and_code(url) == (200, None)
+        for header in ({"X-Forwarded-For": "203.0.113.9"}, {"Forwarded": "for=203.0.113.9"},
+                       {"X-Real-IP": "203.0.113.9"}):  # through a reverse proxy every request is loopback
+            assert status_and_code(url, headers=header) == (403, "forbidden")
+
+
+# --- the admin routes: API keys over HTTP --------------------------------------------------------------------------
+
+
+def test_admin_routes_list_create_and_revoke_keys(tagged_index: Path, tmp_path: Path) -> None:
+    path = tmp_path / "api_keys.yaml"
+    _, root = create_key(path, "root", "admin")
+    _, scoped_admin = create_key(path, "scoped-admin", "admin", ("policy",))
+    _, loader = create_key(path, "loader", "ingester")
+    with running_api(load_settings(data_dir=tagged_index, api_keys_file=path)) as url:
+        for token, status in (("", 401), (loader, 403), (scoped_admin, 403)):
+            for method, route, body in (("GET", "/keys", None), ("POST", "/keys", {"name": "x"}),
+                                        ("DELETE", "/keys/loader", None)):
+                response = httpx.request(method, f"{url}{route}", json=body, headers=bearer(token))
+                assert response.status_code == status, (token, route, response.text)
+        listed = httpx.get(f"{url}/keys", headers=bearer(root)).json()["keys"]
+        assert [key["name"] for key in listed] == ["root", "scoped-admin", "loader"]
+        assert "sha256" not in json.dumps(listed) and root not in json.dumps(listed)
+
+        created = httpx.post(f"{url}/keys", json={"name": "alice", "role": "reader", "tags": ["legal"]},
+                             headers=bearer(root))
+        assert created.status_code == 201 and created.headers["cache-control"] == "no-store"
+        alice = created.json()
+        assert alice | {"token": "", "created_at": ""} == {"name": "alice", "role": "reader", "tags": ["legal"],
+                                                          "sources": [], "created_at": "", "token": ""}
+        assert alice["token"].startswith("rag_") and alice["token"] not in path.read_text()
+        assert folders(search(url, alice["token"], CONTRACT_QUESTION)["results"]) == {"legal"}
+        assert alice["token"] not in httpx.get(f"{url}/keys", headers=bearer(root)).text  # shown once
+        for body, code in (({"name": "alice"}, "duplicate_key"), ({"name": "bad name"}, "invalid_key"),
+                           ({"name": "env"}, "invalid_key"), ({"name": "x", "role": "root"}, "invalid_key"),
+                           ({"name": "x", "tags": [" "]}, "invalid_key"), ({"name": "x", "token": "t"},
+                                                                          "unknown_field")):
+            refused = httpx.post(f"{url}/keys", json=body, headers=bearer(root))
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == code, (body, refused.text)
+
+        revoked = httpx.delete(f"{url}/keys/alice", headers=bearer(root))
+        assert revoked.status_code == 200 and revoked.json() == {"revoked": "alice"}
+        assert status_and_code(url, alice["token"]) == (401, "invalid_api_key")
+        missing = httpx.delete(f"{url}/keys/alice", headers=bearer(root))
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_key"
+        assert str(tmp_path) not in missing.text

@@ -13,6 +13,8 @@
     POST /chat         {"message", "session_id"?, "filters"?} -> server-sent events "session", "step", "observation",
                        "token", then "done"; with Accept: application/json the done object only
     GET  /chat/{id}    the session's turns (its owner's key only: 404 otherwise); DELETE /chat/{id} deletes it
+    GET  /keys         the API keys (admin); POST /keys {"name", "role"?, "tags"?, "sources"?} -> 201 the key and its
+                       token (shown once); DELETE /keys/{name} revokes one
     GET  /healthz      store, embedder and LLM status (503 when the store is down)
     GET  /metrics      Prometheus text format
     GET  /openapi.json the OpenAPI document: the bodies above as JSON schemas (serve/models.py); no docs UI
@@ -21,7 +23,8 @@ The routes are in serve/routes/ (one module per resource), what they are given i
 middleware in serve/middleware/. Every error is {"error": {"code", "message"}} (serve/http_errors.py); a request
 the screening refuses (Host, Origin, media type, JSON nesting) gets its 4xx before any route. A store that is down
 gives 503s, not a dead server (serve/runtime.py). With API keys (serve/keys.py) every route but /healthz needs a
-bearer token of a role (serve/auth.py); a key's scope filters what the routes read.
+bearer token of a role (serve/auth.py); a key's scope filters what the routes read. Without keys the server refuses
+every request, unless it was started in keyless loopback mode and has never had a key.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from rag_pipeline.serve.middleware.internal_error import InternalError
 from rag_pipeline.serve.middleware.json_body import JsonBodies
 from rag_pipeline.serve.middleware.origins import SameOrigin, cors
 from rag_pipeline.serve.middleware.prometheus import Metrics, RequestMetrics
-from rag_pipeline.serve.routes import conversation, documents, metadata, ops, search
+from rag_pipeline.serve.routes import conversation, documents, keys, metadata, ops, search
 from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
@@ -80,7 +83,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         exception_handlers=EXCEPTION_HANDLERS, middleware=middleware(settings, services.metrics),
     )
     app.state.services = services
-    for router in (search.router(settings.top_k), metadata.router, conversation.router, documents.router, ops.router):
+    for router in (search.router(settings.top_k), metadata.router, conversation.router, documents.router, keys.router,
+                   ops.router):
         app.include_router(router)
     return app
 

@@ -1,5 +1,6 @@
 """What the routes are given, as FastAPI dependencies: the app's services (`ServicesDep`) and the caller's key
-scope, for a route that needs the role (`Reader`, `Ingester`; `reader`, `ingester` for a route's dependencies)."""
+scope, for a route that needs the role (`Reader`, `Ingester`, `Admin`; `reader`, `ingester`, `admin` for a route's
+dependencies)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def require(role: Role) -> Callable[..., Awaitable[Scope | None]]:
     return authorize
 
 
-reader, ingester = Depends(require("reader")), Depends(require("ingester"))
+reader, ingester, admin = Depends(require("reader")), Depends(require("ingester")), Depends(require("admin"))
 Reader = Annotated[Scope | None, reader]
 Ingester = Annotated[Scope | None, ingester]
+Admin = Annotated[Scope | None, admin]

@@ -63,6 +63,10 @@ FIELD_RULES = {
     "limit": ("invalid_limit", "must be an integer from 1 to 1000"),
     "message": ("invalid_message", "must be a non-empty string of at most 4000 characters"),
     "session_id": ("invalid_session_id", "must be a session id returned by POST /chat"),
+    "name": ("invalid_key", "must be letters, digits, '.', '_' or '-' (at most 64)"),
+    "role": ("invalid_key", "must be reader, ingester or admin"),
+    "tags": ("invalid_key", "must be a list of at most 100 labels"),
+    "sources": ("invalid_key", "must be a list of at most 100 source names"),
 }
 _short = reprlib.Repr()  # a bad value, cut short and a few levels deep (a body can nest deeply)
 _short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60

@@ -146,7 +146,7 @@ def revoke_key(path: Path, name: str) -> None:
     with locked_keys(path) as keys:
         remaining = [key for key in keys if key.name != name]
         if len(remaining) == len(keys):
-            raise NotFound(f"no API key named {name!r} in {path}", code="unknown_key")
+            raise NotFound(f"no API key named {name!r}", code="unknown_key")
         keys[:] = remaining
 
 
@@ -216,8 +216,15 @@ def is_loopback(host: str) -> bool:
     return (mapped or address).is_loopback
 
 
-def check_bind(host: str, keyring: Keyring) -> None:
-    """ConfigError unless `host` is loopback or at least one key exists."""
-    if not is_loopback(host) and not keyring.keys():
-        raise ConfigError(f"refusing to serve on {host} without an API key: create one with `rag-pipeline keys "
-                          "create NAME` (or set RAG_API_KEY), or serve on 127.0.0.1", code="no_api_key")
+def check_bind(host: str, keyring: Keyring, keyless_loopback: bool) -> None:
+    """ConfigError unless a key exists, or `host` is loopback and keyless loopback mode was chosen."""
+    if keyring.keys():
+        return
+    create = "create one with `rag-pipeline keys create NAME --role admin` (or set RAG_API_KEY)"
+    if not is_loopback(host):
+        raise ConfigError(f"refusing to serve on {host} without an API key: {create}, or serve on 127.0.0.1 with "
+                          "--keyless-loopback", code="no_api_key")
+    if not keyless_loopback:
+        raise ConfigError(f"refusing to serve without an API key: {create}, or answer this machine's requests "
+                          "without a key with `serve --keyless-loopback` (RAG_API_KEYLESS_LOOPBACK=true; never "
+                          "behind a reverse proxy)", code="no_api_key")

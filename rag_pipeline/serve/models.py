@@ -261,6 +261,47 @@ class SourcesResponse(BaseModel):
     sources: list[SourceSummary]
 
 
+KeyName = Annotated[String, Field(max_length=64, description="letters, digits, '.', '_' or '-' (at most 64)")]
+KeyLabels = Annotated[list[Annotated[String, Field(max_length=200)]], Field(max_length=100)]
+
+
+class KeyRequest(StrictBody):
+    """POST /keys: a new API key's name, role and scope (tags, sources; none: everything)."""
+
+    name: KeyName
+    role: Literal["reader", "ingester", "admin"] = "reader"
+    tags: KeyLabels = []
+    sources: KeyLabels = []
+
+
+class KeyInfo(BaseModel):
+    """An API key as listed: never its token or its digest."""
+
+    name: str
+    role: Literal["reader", "ingester", "admin"]
+    tags: list[str]
+    sources: list[str]
+    created_at: str
+
+
+class KeysResponse(BaseModel):
+    """GET /keys: the keys of the keys file (not the RAG_API_KEY one)."""
+
+    keys: list[KeyInfo]
+
+
+class KeyCreated(KeyInfo):
+    """POST /keys (201): the new key and its token, shown this once (only its SHA-256 is stored)."""
+
+    token: str
+
+
+class KeyRevoked(BaseModel):
+    """DELETE /keys/{name}: the revoked key's name; its token stops working at once."""
+
+    revoked: str
+
+
 class StoreHealth(BaseModel):
     collection: str
     backend: str

@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", parents=[common], help="run the HTTP API")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on; other than loopback only once an API key exists")
+    serve.add_argument("--keyless-loopback", action="store_true",
+                       help="without any API key, answer requests made on this machine (loopback, no proxy) "
+                            "instead of refusing to start (RAG_API_KEYLESS_LOOPBACK); never behind a reverse proxy")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(run=run_serve)
     add_keys_commands(commands.add_parser("keys", help="API keys of the HTTP API (hashed in <data dir>/api_keys.yaml "

@@ -19,7 +19,9 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.keys import Keyring, check_bind
     from rag_pipeline.serve.middleware.access_log import access_log
 
-    check_bind(args.host, Keyring(settings))
+    if args.keyless_loopback:
+        settings = settings.model_copy(update={"api_keyless_loopback": True})
+    check_bind(args.host, Keyring(settings), settings.api_keyless_loopback)
     access_log.setLevel(logging.INFO)
     serve(settings, host=args.host, port=args.port)
     return 0
