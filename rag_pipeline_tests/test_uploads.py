@@ -238,13 +238,15 @@ def test_upload_search_list_and_delete(sources_env: Settings) -> None:
         for document in documents.values():
             assert document["status"] == "ok" and document["chunks"] > 0 and document["ingested_at"]
             assert document["uploaded_at"] and document["filename"] in stored
-            [path] = document["paths"]
-            assert re.fullmatch(re.escape(str(upload_dir)) + r"/\d{4}/\d{2}/\d{2}/[0-9a-f]{32}/[^/]+", path)
+            [path] = document["paths"]  # shown under the source's name, never as the server's path
+            assert re.fullmatch(r"inbox/\d{4}/\d{2}/\d{2}/[0-9a-f]{32}/[^/]+", path)
+            assert (upload_dir / path.removeprefix("inbox/")).is_file()
 
         deleted = httpx.delete(f"{url}/sources/inbox/documents/{pumps['id']}")
         assert deleted.status_code == 202, deleted.text
-        assert deleted.json()["removed_paths"] == [pumps["path"]] and not Path(pumps["path"]).exists()
-        assert not Path(pumps["path"]).parent.exists()
+        stored_file = upload_dir / pumps["path"].removeprefix("inbox/")
+        assert deleted.json()["removed_paths"] == [pumps["path"]] and not stored_file.exists()
+        assert not stored_file.parent.exists()
         job = wait_for_job(url, deleted.json()["ingest"]["id"])
         assert job["summary"]["purged"] >= 1
         assert pumps["path"] not in search_paths(url, "how often are the pump seals inspected")

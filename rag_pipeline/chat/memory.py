@@ -1,6 +1,6 @@
-"""Conversation memory in the sidecar: sessions (owned by the API key that created them) and their turns (the
-message, the answer, and the turn's record: citations, trajectory, the filters and entities it used). Sessions not
-updated for RAG_CHAT_RETENTION_DAYS are deleted whenever a turn is saved."""
+"""Conversation memory in the sidecar: sessions (owned by the API key that created them, not by its name) and their
+turns (the message, the answer, and the turn's record: citations, trajectory, the filters and entities it used).
+Sessions not updated for RAG_CHAT_RETENTION_DAYS are deleted whenever a turn is saved."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ LOCAL_OWNER = "local"  # the owner of sessions made without an API key (loopback
 HISTORY_TURNS = 10  # earlier turns a new turn reads (follow-ups need the last ones)
 
 
-def key_owner(key_name: str | None) -> str:
-    """The owner of a request's sessions: its API key ("key:<name>"; no key can be named so as to own another's
-    sessions or the local ones), else LOCAL_OWNER."""
-    return f"key:{key_name}" if key_name else LOCAL_OWNER
+def key_owner(key_identity: str | None) -> str:
+    """The owner of a request's sessions: its API key ("key:<name>#<digest>": a later key of the same name is
+    another owner; no key can be named so as to own another's sessions or the local ones), else LOCAL_OWNER."""
+    return f"key:{key_identity}" if key_identity else LOCAL_OWNER
 
 
 class ChatMemory:

@@ -51,6 +51,7 @@ from rag_pipeline.serve.middleware.internal_error import InternalError
 from rag_pipeline.serve.middleware.json_body import JsonBodies
 from rag_pipeline.serve.middleware.origins import SameOrigin, cors
 from rag_pipeline.serve.middleware.prometheus import Metrics, RequestMetrics
+from rag_pipeline.serve.public_paths import ServerPaths
 from rag_pipeline.serve.routes import conversation, documents, keys, metadata, ops, search
 from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
@@ -66,7 +67,8 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         settings=settings, runtime=Runtime(settings, retriever), metrics=Metrics(),
         ingest_jobs=IngestJobs(settings.data_dir), sidecar=sidecar, query_runner=QueryRunner(settings, sidecar),
         chat_memory=ChatMemory(sidecar, settings.chat_retention_days),
-        search_threads=CapacityLimiter(settings.api_search_threads), auth=Auth(settings))
+        search_threads=CapacityLimiter(settings.api_search_threads), auth=Auth(settings),
+        paths=ServerPaths(settings, sidecar))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -28,6 +28,7 @@ from rag_pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 KEY_STATE = "api_key"  # the request state's entry naming the caller's key, for the access log
+KEY_IDENTITY_STATE = "api_key_identity"  # the request state's entry telling the caller's key from any other
 # Headers a reverse proxy adds: a request carrying one did not come from this machine's own user.
 PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-real-ip")
 # Reads the header and documents the scheme in the OpenAPI document; a missing or malformed header gives None.
@@ -55,7 +56,8 @@ class Auth:
         key = self.keyring.lookup(credentials.credentials)
         if key is None:
             raise NotAuthenticated("the API key is not valid (unknown or revoked)", code="invalid_api_key")
-        request.state.api_key = key.name
+        setattr(request.state, KEY_STATE, key.name)
+        setattr(request.state, KEY_IDENTITY_STATE, key.identity)
         if not key.allows(role):
             raise Forbidden(f"the key {key.name!r} has the role {key.role}; this endpoint needs {role}")
         return key.scope

@@ -18,6 +18,7 @@ from rag_pipeline.serve.auth import Auth, Credentials
 from rag_pipeline.serve.ingest_jobs import IngestJobs
 from rag_pipeline.serve.keys import Role
 from rag_pipeline.serve.middleware.prometheus import Metrics
+from rag_pipeline.serve.public_paths import ServerPaths
 from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
@@ -37,6 +38,7 @@ class Services:
     chat_memory: ChatMemory
     search_threads: CapacityLimiter  # the worker threads /search may hold at once
     auth: Auth
+    paths: ServerPaths  # how answers show server paths, and how path filters are read back
 
 
 async def get_services(request: Request) -> Services:  # async: FastAPI runs a plain def in a worker thread

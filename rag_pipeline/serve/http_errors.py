@@ -1,10 +1,13 @@
 """The API's errors over HTTP: each kind of RagError's status (the one place it is decided), the one error body
 {"error": {"code", "message"}}, the exception handlers that give it, and its entries in the OpenAPI document.
 
-A RagError gets the status of its kind; a body that fails validation a 400 whose code names the field
-(input_error: empty_query, invalid_top_k, unknown_filter_field, ...); Starlette's HTTP errors (no route, the body
-limit, an unparsable body) their status and a code. Anything else is a bug: a 500 with no trace
-(middleware/internal_error.py).
+A RagError gets the status of its kind and its message with no server path in it (serve/public_paths.py); one
+that is the server's fault (500: its configuration) a message that only points to the log, where the details go.
+A body that fails validation gets a 400 whose code names the field (input_error: empty_query, invalid_top_k,
+unknown_filter_field, ...); Starlette's HTTP errors (no route, the body limit, an unparsable body) their status
+and a code; a client that went away mid-request a 400 client_disconnected (no one reads it; the log has no trace).
+Anything else is a bug: a 500 with no trace (middleware/internal_error.py). No message is longer than
+MAX_MESSAGE_CHARS, however much of the request it quotes.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import Any, get_args
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from rag_pipeline.errors import (
@@ -35,6 +39,7 @@ from rag_pipeline.serve.models import MAX_API_TOP_K, ErrorResponse
 from rag_pipeline.structured.operations import NAMES as OPERATION_NAMES
 
 log = logging.getLogger(__name__)
+MAX_MESSAGE_CHARS = 2000
 
 # The status of each kind of RagError: the most specific class in the error's MRO wins (NotFound is an
 # InputError, StoreUnavailable and ModelUnavailable are Unavailable). Anything that is not a RagError is a 500.
@@ -83,15 +88,22 @@ def http_status(error: RagError) -> int:
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """The API's one error body, {"error": {"code", "message"}}."""
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 
 async def rag_error(request: Request, error: RagError) -> Response:
     status = http_status(error)
     if status == 500:
-        log.error("%s %s failed: %s", request.method, request.url.path, error, exc_info=error)
+        log.error("%s %s failed: %s", request.method, request.url.path[:200], error, exc_info=error)
+        message = "the server's configuration is invalid" if isinstance(error, ConfigError) else "the request failed"
+        message += "; the server's log says why"
+    else:
+        paths = request.app.state.services.paths
+        message = await run_in_threadpool(lambda: paths.current().message(error.message))
     challenge = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return error_response(status, error.code, error.message, challenge)
+    return error_response(status, error.code, message, challenge)
 
 
 async def invalid_body(request: Request, error: RequestValidationError) -> Response:
@@ -109,8 +121,13 @@ async def http_error(request: Request, error: HTTPException) -> Response:
                           error.headers)
 
 
+async def client_gone(request: Request, error: ClientDisconnect) -> Response:
+    log.info("%s %s: the client disconnected before its request was read", request.method, request.url.path[:200])
+    return error_response(400, "client_disconnected", "the client disconnected before the request was complete")
+
+
 EXCEPTION_HANDLERS: dict[Any, Any] = {RagError: rag_error, RequestValidationError: invalid_body,
-                                      HTTPException: http_error}
+                                      HTTPException: http_error, ClientDisconnect: client_gone}
 
 
 def input_error(errors: Sequence[dict[str, Any]], allowed: Iterable[str] = ()) -> InputError:

@@ -58,6 +58,11 @@ class ApiKey(BaseModel):
     def scope(self) -> Scope | None:
         return Scope(self.tags, self.sources) if self.tags or self.sources else None
 
+    @property
+    def identity(self) -> str:
+        """What tells this key from any other, a later key of the same name included (its token's digest, cut)."""
+        return f"{self.name}#{self.sha256[:16]}"
+
     def allows(self, role: Role) -> bool:
         return ROLES.index(self.role) >= ROLES.index(role)
 

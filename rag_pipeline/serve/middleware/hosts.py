@@ -1,6 +1,6 @@
 """ASGI middleware: the Host allow-list. A request whose Host header names none of localhost, 127.0.0.1, [::1]
-and RAG_API_ALLOWED_HOSTS (the port is ignored) gets 400 invalid_host: a DNS-rebinding page cannot reach a
-local server.
+and RAG_API_ALLOWED_HOSTS (the port is ignored), or that has no Host header or several, gets 400 invalid_host: a
+DNS-rebinding page cannot reach a local server.
 
 Not Starlette's TrustedHostMiddleware: its refusal is a fixed plain-text 400 "Invalid host header" (built inside
 its __call__, with no hook to change it), where the API answers {"error": {"code": "invalid_host", ...}}.
@@ -31,11 +31,15 @@ class AllowedHosts:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        host_header = Headers(scope=scope).get("host", "")
+        await (self.refusal(Headers(scope=scope).getlist("host")) or self.app)(scope, receive, send)
+
+    def refusal(self, host_headers: list[str]) -> ASGIApp | None:
+        """The 400 for the request's Host headers, or None when there is one and it names an allowed host."""
+        if len(host_headers) > 1:  # which one a proxy or a cache read is anyone's guess
+            return error_response(400, "invalid_host", f"a request needs one Host header, not {len(host_headers)}")
+        host_header = host_headers[0] if host_headers else ""
         match = HOST_HEADER.fullmatch(host_header)
         if match is None or match["host"].lower() not in self.hosts:
-            refusal = error_response(400, "invalid_host", f"the Host header {host_header[:100]!r} is not an allowed "
-                                     "host: localhost, 127.0.0.1, [::1] or one of RAG_API_ALLOWED_HOSTS")
-            await refusal(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+            return error_response(400, "invalid_host", f"the Host header {host_header[:100]!r} is not an allowed "
+                                  "host: localhost, 127.0.0.1, [::1] or one of RAG_API_ALLOWED_HOSTS")
+        return None

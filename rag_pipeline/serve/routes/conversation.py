@@ -13,7 +13,7 @@ from rag_pipeline.chat.memory import key_owner
 from rag_pipeline.chat.turn import ChatService
 from rag_pipeline.errors import RagError
 from rag_pipeline.llm import build_llm
-from rag_pipeline.serve.auth import KEY_STATE
+from rag_pipeline.serve.auth import KEY_IDENTITY_STATE
 from rag_pipeline.serve.dependencies import Reader, Services, ServicesDep
 from rag_pipeline.serve.http_errors import ERROR_RESPONSES, http_status
 from rag_pipeline.serve.models import ChatRequest
@@ -29,7 +29,7 @@ def chat_service(services: Services) -> ChatService:
 
 
 def owner(request: Request) -> str:
-    return key_owner(getattr(request.state, KEY_STATE, None))
+    return key_owner(getattr(request.state, KEY_IDENTITY_STATE, None))
 
 
 def stream_failure(error: Exception) -> dict[str, str]:
@@ -49,7 +49,9 @@ def stream_failure(error: Exception) -> dict[str, str]:
 async def chat(body: ChatRequest, request: Request, scope: Reader, services: ServicesDep) -> Response:
     """One conversational turn: the agent routes between semantic search and the metadata query tool."""
     service = await run_in_threadpool(chat_service, services)
-    events = service.stream(body.message, owner(request), body.session_id, body.filters or None, scope)
+    paths = await run_in_threadpool(services.paths.current)
+    turn = service.stream(body.message, owner(request), body.session_id, paths.filters(body.filters), scope)
+    events = ((event, paths.json(data)) for event, data in turn)
     first = await run_in_threadpool(next, events)  # a bad session or message fails here, before the stream
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
@@ -62,11 +64,12 @@ async def chat(body: ChatRequest, request: Request, scope: Reader, services: Ser
 async def chat_session(session_id: str, request: Request, _: Reader, services: ServicesDep) -> Response:
     """The session's turns: message, answer, citations, trajectory (the key that created it only)."""
     turns = await run_in_threadpool(services.chat_memory.turns, session_id, owner(request))
-    return JSONResponse({"session_id": session_id, "turns": [
+    paths = await run_in_threadpool(services.paths.current)
+    return JSONResponse(paths.json({"session_id": session_id, "turns": [
         {"turn": turn["turn"], "message": turn["message"], "answer": turn["answer"],
          "citations": turn["record"].get("citations"), "trajectory": turn["record"].get("trajectory"),
          "exit_reason": turn["record"].get("exit_reason"), "created_at": str(turn["created_at"])}
-        for turn in turns]})
+        for turn in turns]}))
 
 
 @router.delete("/chat/{session_id}", responses=ERROR_RESPONSES)

@@ -20,7 +20,7 @@ from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.ingest.sources import check_source_name
 from rag_pipeline.ingest.uploads import list_documents, remove_document, sources_overview, store_upload, upload_source
 from rag_pipeline.serve.auth import KEY_STATE
-from rag_pipeline.serve.dependencies import Ingester, Reader, ServicesDep, ingester
+from rag_pipeline.serve.dependencies import Ingester, Reader, Services, ServicesDep, ingester
 from rag_pipeline.serve.http_errors import ERROR_RESPONSES
 from rag_pipeline.serve.ingest_jobs import IngestJob
 from rag_pipeline.serve.models import (
@@ -31,6 +31,7 @@ from rag_pipeline.serve.models import (
     SourcesResponse,
     UploadResponse,
 )
+from rag_pipeline.settings import Settings
 
 router = APIRouter()
 
@@ -51,12 +52,12 @@ async def start_ingest(services: ServicesDep, body: IngestRequest | None = None)
     if not settings.roots and not settings.sources_file:
         raise Conflict("the server has no roots to ingest: set RAG_ROOTS (comma-separated folders) or "
                        "RAG_SOURCES_FILE (named sources) where it runs", code="no_roots_configured")
-    missing = [str(root) for root in settings.roots if not root.is_dir()]
+    missing = [root.name for root in settings.roots if not root.is_dir()]  # a folder's name: no server path
     if missing:
         raise Conflict(f"configured root(s) not a directory: {', '.join(missing)} (RAG_ROOTS)", code="roots_missing")
     # With a sources file every configured source is synced (RAG_ROOTS among them as `default`)
     job = services.ingest_jobs.start(None if settings.sources_file else [str(root) for root in settings.roots])
-    return JSONResponse(job.to_json(), status_code=202, headers={"Location": f"/ingest/{job.id}"})
+    return JSONResponse(await shown(services, job.to_json()), status_code=202, headers={"Location": f"/ingest/{job.id}"})
 
 
 @router.get("/ingest/{id}", response_model=IngestJobResponse, responses=ERROR_RESPONSES, dependencies=[ingester])
@@ -65,8 +66,8 @@ async def ingest_status(job_id: Annotated[str, PathParam(alias="id")], services:
     or error (failed)."""
     job = services.ingest_jobs.jobs.get(job_id)
     if job is None:
-        raise NotFound(f"no ingest with id {job_id}", code="unknown_ingest")
-    return JSONResponse(job.to_json())
+        raise NotFound(f"no ingest with id {job_id[:100]}", code="unknown_ingest")
+    return JSONResponse(await shown(services, job.to_json()))
 
 
 @router.post("/sources/{name}/documents", status_code=202, response_model=UploadResponse,
@@ -95,8 +96,8 @@ async def upload_documents(name: Annotated[str, PathParam()], request: Request, 
     if not documents:
         raise first_error or InputError("no file was uploaded", code="no_files")
     job = services.ingest_jobs.enqueue(name)
-    return JSONResponse({"source": name, "documents": documents, "rejected": rejected, "ingest": ingest_ref(job)},
-                        status_code=202, headers={"Location": f"/ingest/{job.id}"})
+    answer = {"source": name, "documents": documents, "rejected": rejected, "ingest": ingest_ref(job)}
+    return JSONResponse(await shown(services, answer), status_code=202, headers={"Location": f"/ingest/{job.id}"})
 
 
 @router.get("/sources/{name}/documents", response_model=SourceDocumentsResponse, responses=ERROR_RESPONSES)
@@ -105,7 +106,7 @@ async def source_documents(name: Annotated[str, PathParam()], scope: Reader, ser
     scoped to tags sees only documents with one of them."""
     visible_source(name, scope)
     listing = await run_in_threadpool(list_documents, services.settings, name, scope.tags if scope else None)
-    return JSONResponse(listing)
+    return JSONResponse(await shown(services, listing))
 
 
 @router.delete("/sources/{name}/documents/{id}", status_code=202, response_model=RemoveResponse,
@@ -126,17 +127,30 @@ async def remove_source_document(name: Annotated[str, PathParam()],
                            code="unknown_document")
     removed = await run_in_threadpool(remove_document, settings, name, document_id)
     job = services.ingest_jobs.enqueue(name)
-    return JSONResponse({"id": document_id, "removed_paths": removed, "ingest": ingest_ref(job)},
-                        status_code=202, headers={"Location": f"/ingest/{job.id}"})
+    answer = {"id": document_id, "removed_paths": removed, "ingest": ingest_ref(job)}
+    return JSONResponse(await shown(services, answer), status_code=202, headers={"Location": f"/ingest/{job.id}"})
 
 
 @router.get("/sources", response_model=SourcesResponse, responses=ERROR_RESPONSES)
 async def list_sources(scope: Reader, services: ServicesDep) -> Response:
-    """Every source, configured or synced: its kind and its documents, pending, failed and chunks."""
+    """Every source, configured or synced: its kind and its documents, pending, failed and chunks (a key scoped to
+    sources sees only those; one scoped to tags counts only the documents with one of them)."""
     overview = await run_in_threadpool(sources_overview, services.settings)
     if scope is not None and scope.sources:
         overview = [entry for entry in overview if entry["name"] in scope.sources]
+    if scope is not None and scope.tags:
+        tags = scope.tags
+        overview = await run_in_threadpool(lambda: [tagged_totals(services.settings, entry, tags) for entry in overview])
     return JSONResponse({"sources": overview})
+
+
+def tagged_totals(settings: Settings, entry: dict[str, Any], tags: tuple[str, ...]) -> dict[str, Any]:
+    """A source's entry counting only the documents with one of `tags` (what a key scoped to them may see)."""
+    documents = list_documents(settings, entry["name"], tags)["documents"]
+    return {**entry, "documents": len(documents),
+            "pending": sum(document["status"] == "pending" for document in documents),
+            "failed": sum(document["status"] == "failed" for document in documents),
+            "chunks": sum(document["chunks"] or 0 for document in documents)}
 
 
 def visible_source(name: str, scope: Scope | None) -> str:
@@ -145,6 +159,12 @@ def visible_source(name: str, scope: Scope | None) -> str:
     if scope is not None and scope.sources and name not in scope.sources:
         raise NotFound(f"unknown source {name!r}", code="unknown_source")
     return name
+
+
+async def shown(services: Services, answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer with the server's paths as the API shows them (serve/public_paths.py)."""
+    paths = await run_in_threadpool(services.paths.current)
+    return paths.json(answer)
 
 
 def ingest_ref(job: IngestJob) -> dict[str, str]:

@@ -18,8 +18,12 @@ router = APIRouter()
 async def query(body: QueryRequest, scope: Reader, services: ServicesDep) -> Response:
     """An exact answer over document fields: count, list, distinct, group_by, top_n or lookup, on a read-only
     connection with row and time limits; a key's scope limits the documents it counts."""
-    result = await run_in_threadpool(services.query_runner.run_json, body.model_dump(exclude_none=True), scope)
-    return JSONResponse(result.to_json())
+    paths = await run_in_threadpool(services.paths.current)
+    request = body.model_dump(exclude_none=True)
+    if "where" in request:
+        request["where"] = paths.where(request["where"])
+    result = await run_in_threadpool(services.query_runner.run_json, request, scope)
+    return JSONResponse(paths.json(result.to_json()))
 
 
 @router.get("/fields", responses=ERROR_RESPONSES)

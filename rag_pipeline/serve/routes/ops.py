@@ -20,7 +20,7 @@ router = APIRouter()
             responses={503: {"model": HealthResponse, "description": "the store is down"}})
 async def healthz(services: ServicesDep) -> Response:
     """Status of the store, the embedder, the reranker, the semantic cache and the LLM."""
-    report = await run_in_threadpool(services.runtime.health)
+    report = await run_in_threadpool(lambda: services.paths.current().json(services.runtime.health()))
     if report["store"]["ok"]:
         services.metrics.index_points.set(report["store"]["points"])
     return JSONResponse(report, status_code=200 if report["status"] != "down" else 503)

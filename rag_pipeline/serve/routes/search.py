@@ -8,6 +8,7 @@ The bodies' omitted top_k is the server's RAG_TOP_K, also in the OpenAPI documen
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 import anyio.to_thread
 from fastapi import APIRouter
@@ -33,13 +34,15 @@ def router(default_top_k: int) -> APIRouter:
     @routes.post("/search", response_model=SearchResponse, responses=ERROR_RESPONSES)
     async def search(body: SearchBody, scope: Reader, services: ServicesDep) -> Response:
         """The best `top_k` chunks for the query (hybrid retrieval, optional rerank and semantic cache)."""
-        def run() -> tuple[Retriever, RetrievalResult]:  # one worker-thread hop per request
+        def run() -> tuple[Retriever, RetrievalResult, dict[str, Any]]:  # one worker-thread hop per request
+            paths = services.paths.current()
             retriever = services.runtime.retriever()
-            return retriever, retriever.search(body.query, body.top_k, body.filters or None, scope)
+            result = retriever.search(body.query, body.top_k, paths.filters(body.filters), scope)
+            return retriever, result, paths.json(result.to_json())  # the contract's JSON, as `search --json` has it
 
-        retriever, result = await anyio.to_thread.run_sync(run, limiter=services.search_threads)
+        retriever, result, shown = await anyio.to_thread.run_sync(run, limiter=services.search_threads)
         services.metrics.observe_retrieval(result, retriever.cache is not None)
-        return JSONResponse(result.to_json())  # the contract's own JSON, as `search --json` writes it
+        return JSONResponse(shown)
 
     @routes.post("/ask", response_class=StreamingResponse, responses={
         200: {"content": {"text/event-stream": {}},
@@ -49,12 +52,14 @@ def router(default_top_k: int) -> APIRouter:
     async def ask(body: AskBody, scope: Reader, services: ServicesDep) -> Response:
         """The answer to the question, streamed as it is written, grounded in the retrieved chunks."""
         answerer: Answerer = await run_in_threadpool(services.runtime.answerer)
-        pieces = answerer.stream(body.question, body.top_k, body.filters or None, scope)
+        paths = await run_in_threadpool(services.paths.current)
+        pieces = answerer.stream(body.question, body.top_k, paths.filters(body.filters), scope)
         first = await run_in_threadpool(next, pieces)  # retrieval errors surface here, before the stream starts
 
         def events() -> Iterator[Event]:  # each piece as it is generated
             for piece in itertools.chain([first], pieces):
-                yield ("done", piece.to_json()) if isinstance(piece, Answer) else ("token", {"text": piece})
+                yield ("done", paths.json(piece.to_json())) if isinstance(piece, Answer) else \
+                    ("token", {"text": paths.text(piece)})
 
         return event_stream(events(), "answer")
 

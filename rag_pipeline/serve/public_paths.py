@@ -1,0 +1,152 @@
+"""What the HTTP API shows of the server's filesystem: never an absolute path.
+
+A document's path is shown as `<source>/<path under the source's root>` (a source with several roots:
+`<source>/<root folder>/<path>`; an upload: `<source>/<yyyy/mm/dd/...>`), the data dir as `<data dir>`, and a path
+outside both as its file name. The answers' path keys (PATH_KEYS) are shown that way, every other string has its
+known folders replaced, and a message (an error's, MESSAGE_KEYS') also has any other absolute path cut to
+`…/<last part>`. The path
+filters a client sends (`path`, `paths`, `path_prefix`, the metadata field `path`) are read back the same way, so a
+path an answer showed filters as before. The CLI runs on the server and shows the real paths.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rag_pipeline.ingest.sources import configured_sources
+from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.structured.query import StateCache, file_state
+
+log = logging.getLogger(__name__)
+DATA_DIR = "<data dir>"
+PATH_KEYS = frozenset({"path", "paths", "all_paths", "removed_paths", "roots"})  # keys whose values are paths
+MESSAGE_KEYS = frozenset({"error", "reason"})  # keys whose values are messages (a failed document's, a refusal's)
+PATH_FILTERS = ("path", "paths", "path_prefix")  # search filters whose values are paths
+# An absolute path of two parts or more that is not part of a URL or of a shown name ("<data dir>/...").
+ANY_PATH = re.compile(r"(?<![\w.:/~>-])/(?:[^\s/'\"(),;:<>\[\]]+/)+[^\s/'\"(),;:<>\[\]]*")
+WHERE_PATH = re.compile(r"^(\s*path\s*(?:=|~)\s*)(.*)$", re.DOTALL)  # a CLI-form where clause on `path`
+
+
+@dataclass(frozen=True)
+class PublicPaths:
+    """The folders a server path may lie in and the names they are shown as."""
+
+    folders: tuple[tuple[str, str], ...]  # (absolute folder, shown name), the longest folder first
+
+    def show(self, path: str) -> str:
+        """A path as the API shows it (a string that is no absolute path stays as it is)."""
+        for folder, name in self.folders:
+            if path == folder or path.startswith(folder + "/"):
+                return name + path[len(folder):]
+        return path.rstrip("/").rsplit("/", 1)[-1] if path.startswith("/") else path
+
+    def find(self, shown: str) -> str:
+        """The server path a shown one stands for; any other string as it is (it matches no document)."""
+        for folder, name in sorted(self.folders, key=lambda entry: -len(entry[1])):
+            if shown == name or shown.startswith(name + "/"):
+                return folder + shown[len(name):]
+        return shown
+
+    def text(self, text: str) -> str:
+        """`text` with every known folder replaced by its name (nothing else changes: it may be a document's)."""
+        for folder, name in self.folders:
+            if folder in text:
+                text = re.sub(re.escape(folder) + r"(?=[/\s'\"),;:\]]|$)", lambda _: name, text)
+        return text
+
+    def message(self, text: str) -> str:
+        """An error message: known folders by name, any other absolute path cut to its last part."""
+        return ANY_PATH.sub(lambda match: "…/" + match.group().rstrip("/").rsplit("/", 1)[-1], self.text(text))
+
+    def json(self, data: Any) -> Any:
+        """An answer (JSON data) as the API shows it: PATH_KEYS' values shown, other strings' folders replaced."""
+        if isinstance(data, Mapping):
+            return {key: self._paths(value) if key in PATH_KEYS else
+                    self.message(value) if key in MESSAGE_KEYS and isinstance(value, str) else self.json(value)
+                    for key, value in data.items()}
+        if isinstance(data, (list, tuple)):
+            return [self.json(item) for item in data]
+        return self.text(data) if isinstance(data, str) else data
+
+    def _paths(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.show(value)
+        if isinstance(value, list):
+            return [self._paths(item) for item in value]
+        return self.json(value)
+
+    def filters(self, filters: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """A request's search filters with the path filters read back to server paths."""
+        if not filters:
+            return None
+        return {key: self._found(value) if key in PATH_FILTERS else value for key, value in filters.items()}
+
+    def where(self, where: Any) -> Any:
+        """A metadata query's where clauses (either form) with the values of `path` read back to server paths."""
+        if isinstance(where, Mapping):
+            return {key: self._found(value) if key == "path" else value for key, value in where.items()}
+        if isinstance(where, list):
+            return [self._where_text(item) if isinstance(item, str) else item for item in where]
+        return where
+
+    def _where_text(self, clause: str) -> str:
+        match = WHERE_PATH.match(clause)
+        if match is None:
+            return clause
+        return match.group(1) + "|".join(self.find(value) for value in match.group(2).split("|"))
+
+    def _found(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.find(value)
+        if isinstance(value, list):
+            return [self._found(item) for item in value]
+        if isinstance(value, Mapping):
+            return {key: self._found(item) for key, item in value.items()}
+        return value
+
+
+def public_names(data_dir: Path, roots: Mapping[str, list[str]]) -> PublicPaths:
+    """The shown names of the sources' roots (source -> its roots) and of the data dir."""
+    folders = [(str(data_dir.resolve()), DATA_DIR)]
+    for source, paths in roots.items():
+        if len(paths) == 1:
+            folders.append((paths[0], source))
+            continue
+        seen: dict[str, int] = {}
+        for path in paths:
+            name = Path(path).name or "root"
+            seen[name] = seen.get(name, 0) + 1
+            folders.append((path, f"{source}/{name}" + (f"-{seen[name]}" if seen[name] > 1 else "")))
+    folders = [(folder.rstrip("/") or "/", name) for folder, name in folders if folder.startswith("/")]
+    return PublicPaths(tuple(sorted(folders, key=lambda entry: -len(entry[0]))))
+
+
+class ServerPaths:
+    """The PublicPaths of one server: its sources' roots as synced (else as configured), re-read when the sidecar
+    or the sources file changes."""
+
+    def __init__(self, settings: Settings, sidecar: Sidecar) -> None:
+        self.settings, self.sidecar = settings, sidecar
+        self._cache = StateCache()
+
+    def current(self) -> PublicPaths:
+        sources_file = Path(self.settings.sources_file) if self.settings.sources_file else None
+        state = (file_state(self.sidecar.path), file_state(sources_file) if sources_file else None)
+        return self._cache.get("paths", state, self._read)
+
+    def _read(self) -> PublicPaths:
+        roots: dict[str, list[str]] = {}
+        try:  # an error's answer uses this too: a sidecar or sources file that cannot be read leaves what can be
+            roots = {name: list(row["roots"] or []) for name, row in self.sidecar.sources().items()}
+            for name, spec in configured_sources(self.settings).items():
+                roots.setdefault(name, [str(root) for root in spec.roots])
+        except Exception as error:
+            log.warning("the API shows paths by the roots it could read: %s", error)
+            roots.setdefault("default", [str(Path(root).resolve()) for root in self.settings.roots])
+        return public_names(self.settings.data_dir, roots)
