@@ -1,6 +1,7 @@
 """The agent's two tools. `semantic_search` retrieves passages (no answer per search); `query_metadata` is the typed
 metadata query tool. Both run inside the API key's scope; both observations are scanned for prompt injection like
-retrieved chunks (a quarantined passage never reaches a model; flagged metadata values are reported)."""
+retrieved chunks (a quarantined passage never reaches a model; a flagged metadata value is withheld by the query
+tool and reported)."""
 
 from __future__ import annotations
 
@@ -123,7 +124,11 @@ class Tools:
         found = scan_text(text, "metadata result")
         findings = [{"path": "metadata result", "findings": [item.rule for item in found],
                      "quarantined": quarantined(found)}] if found else []
-        return Observation(QUERY_METADATA, args, summarise(result), result=result, findings=findings,
+        findings += [{"path": "metadata result", "field": item["key"], "findings": item["rules"], "quarantined": True,
+                      "withheld": True} for item in result.withheld]
+        summary = summarise(result) + (f"; {len(result.withheld)} value(s) withheld as prompt injections"
+                                       if result.withheld else "")
+        return Observation(QUERY_METADATA, args, summary, result=result, findings=findings,
                            payloads=[item.payload for item in found if item.payload])
 
 

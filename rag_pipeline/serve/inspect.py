@@ -3,6 +3,7 @@
     inspect documents [--status ok|pending|failed] [--type pdf] [--tag TAG] [--path SUBSTRING] [--limit N]
     inspect chunks PATH_OR_SHA          a document's chunks: index, heading path, line, page, size, text
     inspect fields PATH_OR_SHA          a document's fields (value, type, origin), field errors and reconciliation
+                                        (a value flagged as a prompt injection withheld)
     inspect reconciliation [--status S] the rosters' reconciliation: MATCH, MISMATCH, NOT_STATED, ...
     inspect failures                    failed documents and refused files, with the reasons
     inspect redactions                  redaction totals by kind
@@ -21,6 +22,7 @@ from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.roster import STATUSES
+from rag_pipeline.structured.withheld import withhold_flagged
 
 TEXT_PREVIEW = 80
 
@@ -116,15 +118,19 @@ def chunk_rows(settings: Settings, sidecar: Sidecar, sha: str) -> list[dict[str,
 
 
 def field_rows(sidecar: Sidecar, sha: str) -> list[dict[str, Any]]:
-    """A document's effective fields (rosters applied), then its field errors and reconciliation rows."""
+    """A document's effective fields (rosters applied), then its field errors and reconciliation rows; a value
+    flagged as a prompt injection is withheld (structured/withheld.py), as in the query tool's answers."""
     rows = [{"field": name, "value": value, "type": kind, "origin": origin}
             for name, (value, kind, origin) in document_fields(sidecar, sha).items()]
     rows += [{"field": "(error)", "value": row["error"], "type": "", "origin": row["origin"]}
              for row in sidecar.field_errors_of(sha)]
+    reconciliation = sidecar.reconciliation_of(sha)
+    withhold_flagged(reconciliation)
     rows += [{"field": row["field"], "value": f"{row['status']}: document {row['document_value']!r}, roster "
                                               f"{row['roster_value']!r}", "type": "reconciliation",
               "origin": f"roster:{row['roster']}"}
-             for row in sidecar.reconciliation_of(sha)]
+             for row in reconciliation]
+    withhold_flagged(rows)
     return rows
 
 
@@ -156,7 +162,7 @@ def format_rows(rows: list[dict[str, Any]] | dict[str, Any], title: str) -> str:
     if not rows:
         return f"{title}: none"
     columns = list(rows[0])
-    cells = [[cell_text(row[column]) for column in columns] for row in rows]
+    cells = [[cell_text(row.get(column)) for column in columns] for row in rows]  # a list row may lack a field
     widths = [max(len(column), *(len(line[index]) for line in cells)) for index, column in enumerate(columns)]
     lines = [f"{title} ({len(rows)})", "  ".join(column.ljust(width) for column, width in zip(columns, widths))]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in cells]

@@ -112,6 +112,8 @@ class QueryResponse(BaseModel):
     truncated: bool
     total_documents: int
     timings_ms: dict[str, float]
+    withheld: list[dict[str, Any]] = Field(description="each value withheld as a prompt injection (shown in its row as "
+                                                       "the withheld marker): row, key, rules")
 
 
 class IngestRequest(StrictBody):

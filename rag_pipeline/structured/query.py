@@ -12,6 +12,7 @@ Operations (documents are the unit; only fully ingested documents count):
     lookup   [--field F]   the fields of the matching documents rows: [{"id", "path", "fields", ...}]
 Where clauses (ANDed): equals (on a list field: contains), any of, range (numbers and dates; a date given as YYYY or
 YYYY-MM covers that year or month), contains (a list element, or a substring of a string).
+A value flagged as a prompt injection is withheld from the rows (structured/withheld.py; the result's `withheld`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar, records
 from rag_pipeline.structured.operations import BY_NAME, NAMES
+from rag_pipeline.structured.withheld import withhold_flagged
 
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -71,10 +73,11 @@ class QueryResult:
     truncated: bool
     total_documents: int = 0
     timings_ms: dict[str, float] = field(default_factory=dict)
+    withheld: list[dict[str, Any]] = field(default_factory=list)  # flagged values replaced (structured/withheld.py)
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "rows": self.rows, "documents": self.documents, "truncated": self.truncated,
-                "total_documents": self.total_documents, "timings_ms": self.timings_ms}
+                "total_documents": self.total_documents, "timings_ms": self.timings_ms, "withheld": self.withheld}
 
 
 REGISTRY_SQL = (
@@ -389,6 +392,7 @@ class QueryRunner:
                 raise QueryTimeout(f"the query ran longer than {self.timeout:g} s and was stopped") from error
             finally:
                 timer.cancel()
+        result.withheld = withhold_flagged(result.rows)  # no prompt injection in an exact answer
         result.timings_ms = {"total": round((time.perf_counter() - started) * 1000, 2)}
         return result
 

@@ -99,6 +99,10 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
 
     body = {"op": args.op, "field": args.field, "by": args.by, "where": args.where, "limit": args.limit}
     result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
+    if result.withheld:
+        from rag_pipeline.structured.withheld import withheld_warning
+
+        print(withheld_warning(len(result.withheld)), file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_json(), default=str))
         return 0
@@ -173,7 +177,18 @@ def print_turn(service, message: str, session: str | None, as_json: bool) -> dic
                 print(f"  {label} {citation['path']}")
             print(f"  (session {data['session_id']}, {data['exit_reason']}, {len(data['trajectory'])} tool call(s))",
                   file=sys.stderr)
+    if done:
+        print_withheld(done)
     return done
+
+
+def print_withheld(done: dict) -> None:
+    """The warning of a turn whose exact answers withheld flagged values."""
+    from rag_pipeline.structured.withheld import withheld_warning
+
+    withheld = [item for item in done["guardrails"].get("observation_findings", []) if item.get("withheld")]
+    if withheld:
+        print(withheld_warning(len(withheld)), file=sys.stderr)
 
 
 def run_fields(args: argparse.Namespace, settings: Settings) -> int:
@@ -193,8 +208,12 @@ def run_fields(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run_inspect(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_pipeline.serve.inspect import format_rows, inspect
+    from rag_pipeline.serve.inspect import cell_text, format_rows, inspect
+    from rag_pipeline.structured.withheld import WITHHELD, withheld_warning
 
     rows, title = inspect(settings, args)
+    withheld = sum(WITHHELD in cell_text(row["value"]) for row in rows) if args.view == "fields" else 0
+    if withheld:
+        print(withheld_warning(withheld), file=sys.stderr)
     print(json.dumps(rows, default=str) if args.json else format_rows(rows, title))
     return 0
