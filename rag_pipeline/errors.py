@@ -63,6 +63,10 @@ class StoreLocked(StoreUnavailable, code="store_locked"):
     """The embedded store is open in another process (it allows one at a time)."""
 
 
+class StoreBusy(StoreUnavailable, code="store_busy"):
+    """Another process's ingest is writing the embedded store: a server leaves it to the ingest until it ends."""
+
+
 class QueryTimeout(Unavailable, code="query_timeout"):
     """A metadata query ran past its time limit and was stopped."""
 

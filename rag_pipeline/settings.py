@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     # Vector store: embedded qdrant-edge under the data dir unless a Qdrant server URL is set.
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
+    # How long an ingest waits for the embedded store while another process holds it (a server leaves it to an
+    # ingest within a second or two of the ingest's start); then it fails with StoreLocked naming the holder.
+    ingest_store_wait_s: float = Field(30.0, ge=0)
     # On a Qdrant server, the alias queries use; a generation switch moves it to the new collection atomically.
     qdrant_alias: str = "rag_chunks"
     # Index generations kept after a switch (the active one included); older collections are dropped.

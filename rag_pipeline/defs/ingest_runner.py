@@ -21,7 +21,7 @@ from rag_pipeline.defs.assets import GENERATION, INGEST_ASSETS, TOTALS, corpus_s
 from rag_pipeline.defs.field_assets import document_enrichment, roster
 from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.errors import ConfigError, Conflict, IngestFailed
+from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.membership import forget_source
 from rag_pipeline.ingest.plan import pending_shards
@@ -32,16 +32,46 @@ from rag_pipeline.structured.freshness import stale_fields
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
+STORE_POLL_S = 0.25  # how often an ingest tries again for the embedded store another process holds
+LOCK_PATIENCE_S = 1.0  # a server asks who holds ingest.lock by taking it for an instant
+
+
 @contextmanager
 def exclusive_ingest(data_dir: Path) -> Iterator[None]:
     """Hold <data dir>/ingest.lock for a whole ingest: two ingests of one data dir (the CLI and the API, say) would
-    purge each other's new documents between their stages. A second one gets Conflict (ingest_running)."""
+    purge each other's new documents between their stages. A second one gets Conflict (ingest_running). A server
+    that sees another process hold it leaves the embedded store to that ingest until it ends (serve/runtime.py)."""
     try:
-        with locked(data_dir / "ingest.lock", wait=False, record=True):
+        with locked(data_dir / "ingest.lock", wait=False, record=True, patience_s=LOCK_PATIENCE_S):
             yield
     except LockHeld as held:
         raise Conflict(f"another ingest of {data_dir} is running ({held.holder}); try again when it ends",
                        code="ingest_running") from None
+
+
+@contextmanager
+def held_store(rag: RagResource) -> Iterator[None]:
+    """Hold the embedded store the ingest builds for the whole ingest, so that no other process takes it between
+    two stages. A process that holds it now (a server, which leaves it once it sees ingest.lock) is waited for up to
+    RAG_INGEST_STORE_WAIT_S; then StoreLocked names it. A Qdrant server needs no holding."""
+    if rag.settings.qdrant_url:
+        yield
+        return
+    generations, wait_s = rag.generations(), rag.settings.ingest_store_wait_s
+    target, deadline = generations.target(), time.monotonic() + wait_s
+    while True:
+        try:
+            store = generations.open(target)
+            break
+        except StoreLocked as error:
+            if time.monotonic() >= deadline:
+                raise StoreLocked(f"{error.message} (the ingest waited {wait_s:g} s for it: "
+                                  "RAG_INGEST_STORE_WAIT_S)") from None
+            time.sleep(STORE_POLL_S)
+    try:
+        yield
+    finally:
+        store.close()
 
 
 @contextmanager
@@ -83,7 +113,7 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
         data_dir=str(data_dir) if data_dir is not None else None, show_progress=progress, rediscover=rediscover,
     )
     settings = rag.settings
-    with exclusive_ingest(settings.data_dir):
+    with exclusive_ingest(settings.data_dir), held_store(rag):
         if forget is not None:
             forget_source(settings, rag.sidecar(), forget)
         return locked_ingest(rag, started)
@@ -124,12 +154,16 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
 
 
 def run_failure(result: dg.ExecuteInProcessResult) -> str:
-    """A readable reason for a failed run: failed checks first, then step errors."""
+    """A readable reason for a failed run: failed checks first, then step errors, each by the error that caused it
+    (StoreLocked and its holder, say), not Dagster's wrapper of it."""
     reasons = [
         f"asset check {evaluation.check_name} failed: {evaluation.metadata.get('details').value}"
         for evaluation in result.get_asset_check_evaluations() if not evaluation.passed
     ]
     for event in result.all_events:
         if event.is_step_failure and event.step_failure_data.error:
-            reasons.append(f"{event.step_key}: {event.step_failure_data.error.message.strip()}")
+            error = event.step_failure_data.error
+            while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+                error = error.cause
+            reasons.append(f"{event.step_key}: {error.message.strip()}")
     return "; ".join(reasons) or "the ingest run failed"

@@ -40,6 +40,7 @@ from rag_pipeline.structured.operations import NAMES as OPERATION_NAMES
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 2000
+RETRY_AFTER_S = 5  # a 503's Retry-After: the store reopens (or an ingest is over) in seconds, not at once
 
 # The status of each kind of RagError: the most specific class in the error's MRO wins (NotFound is an
 # InputError, StoreUnavailable and ModelUnavailable are Unavailable). Anything that is not a RagError is a 500.
@@ -102,8 +103,9 @@ async def rag_error(request: Request, error: RagError) -> Response:
     else:
         paths = request.app.state.services.paths
         message = await run_in_threadpool(lambda: paths.current().message(error.message))
-    challenge = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return error_response(status, error.code, message, challenge)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {"Retry-After": str(RETRY_AFTER_S)} \
+        if status == 503 else None
+    return error_response(status, error.code, message, headers)
 
 
 async def invalid_body(request: Request, error: RequestValidationError) -> Response:

@@ -6,6 +6,12 @@ an embedded store another process holds), every request that needs it gets Store
 names the store and the setting; the next request after REOPEN_INTERVAL_S tries to open it again, so the server
 recovers without a restart. An open server store that goes down later fails its queries the same way (the
 retriever's StoreUnavailable) and serves again once the server is back.
+
+The embedded store allows one process, and an ingest holds it from start to end. While another process's ingest
+holds <data dir>/ingest.lock (defs/ingest_runner.py), the server does not open the store, and a server that has it
+open leaves it (a watcher thread sees the lock within WATCH_INTERVAL_S and closes the retriever after
+RELEASE_GRACE_S, for requests in flight): requests that need the store get StoreBusy (503, naming the ingest) until
+the ingest ends, then the store is opened again. The server's own ingests (POST /ingest, uploads) share its store.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from typing import Any
 
 from rag_pipeline import components
 from rag_pipeline.embed.embedder import Embedder, EmbedderUnavailable
-from rag_pipeline.errors import StoreUnavailable
+from rag_pipeline.errors import StoreBusy, StoreUnavailable
+from rag_pipeline.file_lock import holder_elsewhere
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.index.vector_store import collection_name, is_connection_error, store_unreachable
 from rag_pipeline.llm import build_llm
@@ -28,6 +35,8 @@ from rag_pipeline.settings import Settings
 log = logging.getLogger(__name__)
 REOPEN_INTERVAL_S = 1.0  # while the store is down, at most one attempt to open it per interval
 RETIRE_GRACE_S = 10.0  # after a generation switch, in-flight requests keep the old retriever this long
+WATCH_INTERVAL_S = 0.5  # how often a server on the embedded store looks for another process's ingest
+RELEASE_GRACE_S = 2.0  # in-flight requests keep the retriever this long once another process's ingest started
 
 
 class Runtime:
@@ -45,6 +54,9 @@ class Runtime:
         self._generations = components.generations(settings)
         self._generation: str | None = None  # the index generation the open retriever queries
         self._retired: list[tuple[float, Retriever]] = []  # (close after, retriever of an older generation)
+        # another process's ingest makes the server leave the embedded store (see the module's docstring)
+        self._ingest_lock = settings.data_dir / "ingest.lock" if self.owned and not settings.qdrant_url else None
+        self._stop = threading.Event()
 
     def start(self) -> None:
         """Open the components now if the store can be reached; if not, log why and serve 503s until it can."""
@@ -52,6 +64,8 @@ class Runtime:
             self.answerer()
         except StoreUnavailable as error:
             log.warning("serving without the vector store until it can be opened: %s", error)
+        if self._ingest_lock is not None:
+            threading.Thread(target=self._watch, name="ingest-watch", daemon=True).start()
 
     def retriever(self) -> Retriever:
         """The open retriever; StoreUnavailable while the store cannot be opened."""
@@ -73,6 +87,7 @@ class Runtime:
                 if self.error is not None and time.monotonic() < self._next_attempt:
                     raise self.error
                 try:
+                    self._check_no_ingest_elsewhere()
                     self._retriever = components.open_retriever(self.settings, batch_queries=True)
                 except StoreUnavailable as error:
                     self.error, self._next_attempt = error, time.monotonic() + REOPEN_INTERVAL_S
@@ -82,6 +97,24 @@ class Runtime:
                 self._answerer = components.answerer(self.settings, self._retriever)
             return self._retriever, self._answerer
 
+    def _check_no_ingest_elsewhere(self) -> None:
+        """StoreBusy while another process's ingest holds the data dir's ingest lock."""
+        holder = holder_elsewhere(self._ingest_lock) if self._ingest_lock is not None else None
+        if holder is not None:
+            raise StoreBusy(f"an ingest in {holder} is writing the embedded vector store: queries resume when it "
+                            "ends (to query while ingesting, use a Qdrant server: RAG_QDRANT_URL)")
+
+    def _watch(self) -> None:
+        """Leave the store to another process's ingest as soon as one starts; close what was left once unused."""
+        while not self._stop.wait(WATCH_INTERVAL_S):
+            holder = holder_elsewhere(self._ingest_lock)
+            with self._lock:
+                if holder is not None and self._retriever is not None:
+                    log.warning("an ingest started in %s: leaving the embedded store to it until it ends", holder)
+                    self._retired.append((time.monotonic() + RELEASE_GRACE_S, self._retriever))
+                    self._retriever = self._answerer = None
+                self._close_retired()
+
     def _close_retired(self, force: bool = False) -> None:
         """Close the retrievers of older generations whose grace period is over (all with `force`)."""
         now = time.monotonic()
@@ -90,6 +123,7 @@ class Runtime:
             entry[1].close()
 
     def close(self) -> None:
+        self._stop.set()
         with self._lock:
             self._close_retired(force=True)
             if self.owned and self._retriever is not None:
