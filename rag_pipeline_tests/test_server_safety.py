@@ -1,12 +1,15 @@
 """The HTTP API against careless or hostile callers, through a real uvicorn server: no answer shows a server path, a
 tag scope limits the sources' counts, sessions belong to a key (not to its name), a client that hangs up mid-upload
-is no server error, a request with several Host headers is refused, and no error echoes a long request."""
+is no server error, a request with several Host headers is refused, no error echoes a long request, and an ingest
+started over HTTP runs at a lower CPU priority while the server answers."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +19,12 @@ import httpx
 import pytest
 
 from rag_pipeline.components import load_settings
+from rag_pipeline.serve.ingest_jobs import INGEST_NICENESS
 from rag_pipeline.serve.keys import create_key, revoke_key
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.test_api import running_api
+
+from .conftest import DOCUMENTS as DOCUMENTS_DIR
 
 DOCUMENTS = {
     "policy/leave.md": "# Leave policy\n\nEmployees get 25 days of paid annual leave.\n",
@@ -213,3 +219,32 @@ def test_errors_do_not_echo_a_long_request(handbook: Settings) -> None:
         for response in (httpx.get(f"{url}/sources/{long}/documents"), httpx.get(f"{url}/ingest/{long}"),
                          httpx.post(f"{url}/query", json={"op": "count", "where": {long[:60]: 1}})):
             assert 400 <= response.status_code < 500 and len(response.text) < 2_500, response.status_code
+
+
+def test_an_http_ingest_runs_at_a_lower_priority_while_the_server_answers(handbook: Settings,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real documents uploaded over HTTP: their ingest runs in the server's worker thread at a lower CPU priority
+    (nice +INGEST_NICENESS), and /healthz and /search answer 200 all along. The latency under load is measured by
+    bench/bench_serve_under_ingest.py (docs/benchmarks.md), not asserted here."""
+    files = sorted(path for path in DOCUMENTS_DIR.glob("*.*") if path.suffix in (".pdf", ".docx", ".html"))
+    if not files:
+        pytest.skip(f"no documents in {DOCUMENTS_DIR}")
+    monkeypatch.setenv("RAG_SOURCES_FILE", str(handbook.sources_file))
+    with running_api(handbook) as url:
+        uploaded = httpx.post(f"{url}/sources/inbox/documents", timeout=120,
+                              files=[("files", (path.name, path.read_bytes())) for path in files[:20]])
+        assert uploaded.status_code == 202, uploaded.text
+        job_url, niceness, probes = f"{url}/ingest/{uploaded.json()['ingest']['id']}", None, []
+        while httpx.get(job_url, timeout=30).json()["status"] in ("queued", "running"):
+            worker = next((thread for thread in threading.enumerate() if thread.name == "ingest-worker"), None)
+            if worker is not None and worker.native_id is not None and niceness is None:
+                niceness = os.getpriority(os.PRIO_PROCESS, worker.native_id) - os.getpriority(os.PRIO_PROCESS, 0)
+            started = time.monotonic()
+            health = httpx.get(f"{url}/healthz", timeout=30)
+            probes.append(time.monotonic() - started)
+            assert health.status_code == 200
+            assert httpx.post(f"{url}/search", json={"query": "leave"}, timeout=30).status_code == 200
+            time.sleep(0.2)
+        assert httpx.get(job_url).json()["status"] == "succeeded"
+    assert niceness == INGEST_NICENESS and probes
+    print(f"/healthz during the ingest: {len(probes)} probes, max {max(probes):.3f} s")

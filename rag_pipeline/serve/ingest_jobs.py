@@ -1,8 +1,17 @@
-"""The ingest job queue of the HTTP API: ingest runs started over HTTP, one at a time, in a worker thread."""
+"""The ingest job queue of the HTTP API: ingest runs started over HTTP, one at a time, in a worker thread of the
+server's process at a lower CPU priority.
+
+In the server's process because the embedded store allows one process: an ingest of another process takes the
+store from the server until it ends (serve/runtime.py), so every upload would stop the searches; in this process the
+ingest shares the server's store and searches go on. At a lower priority (nice INGEST_NICENESS, on Linux per thread,
+inherited by the threads and conversion processes it starts) so that the query path gets the CPU first.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 import uuid
@@ -13,6 +22,7 @@ from typing import Any
 from rag_pipeline.errors import Conflict
 
 log = logging.getLogger(__name__)
+INGEST_NICENESS = 10  # added to the worker thread's nice value: the query path comes first
 
 
 @dataclass
@@ -80,6 +90,7 @@ class IngestJobs:
         return job
 
     def _work(self, job: IngestJob | None) -> None:
+        lower_priority()
         while job is not None:
             self._run(job)
             with self._lock:
@@ -95,3 +106,11 @@ class IngestJobs:
             log.exception("ingest %s failed", job.id)
             job.status, job.error = "failed", f"{type(error).__name__}: {error}"
         job.finished_at = time.time()
+
+
+def lower_priority() -> None:
+    """Raise this thread's nice value by INGEST_NICENESS (Linux schedules threads by their own nice value; elsewhere
+    it would apply to the whole server, so nothing changes)."""
+    if sys.platform == "linux":
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + INGEST_NICENESS)
