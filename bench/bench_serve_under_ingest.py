@@ -153,8 +153,9 @@ def phase(base: Path, incoming: Path, clients: int, queries: list[str]) -> dict[
                "healthz_ms": percentiles(health_ms), "healthz_over_1s": sum(value > 1000 for value in health_ms)}
     print(f"\n{clients} clients during an HTTP ingest ({figures['ingest_s']} s, {state['status']}, "
           f"{figures['ingest_added']} added)")
+    searched = figures["search_ms"]
     print(f"  /search   {figures['searches']} requests, statuses {statuses}, 5xx {figures['search_5xx']}, ms p50 "
-          f"{figures['search_ms']['p50']:.1f} p95 {figures['search_ms']['p95']:.1f} max {figures['search_ms']['max']:.1f}")
+          f"{searched['p50']:.1f} p95 {searched['p95']:.1f} max {searched['max']:.1f}")
     print(f"  /healthz  {figures['healthz_probes']} probes, ms p50 {figures['healthz_ms']['p50']:.1f} p95 "
           f"{figures['healthz_ms']['p95']:.1f} max {figures['healthz_ms']['max']:.1f}, over 1 s: "
           f"{figures['healthz_over_1s']}")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rag_pipeline.file_lock import LockHeld, locked
+from rag_pipeline.file_lock import LockHeld, holder_elsewhere, locked
 
 
 def test_a_lock_names_its_holder_to_a_second_process(tmp_path: Path) -> None:
@@ -18,6 +18,8 @@ def test_a_lock_names_its_holder_to_a_second_process(tmp_path: Path) -> None:
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
+        assert holder_elsewhere(lock).startswith(f"pid {holder.pid} (")  # asking does not take it
+        assert holder_elsewhere(lock).startswith(f"pid {holder.pid} (")
         try:
             with locked(lock, wait=False):
                 raise AssertionError("the lock was not held")
@@ -26,5 +28,7 @@ def test_a_lock_names_its_holder_to_a_second_process(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
-    with locked(lock, wait=False):  # released when its holder died
-        pass
+    assert holder_elsewhere(lock) is None  # released when its holder died
+    with locked(lock, wait=False, record=True):
+        assert holder_elsewhere(lock) is None  # this process holds it
+    assert holder_elsewhere(tmp_path / "missing.lock") is None

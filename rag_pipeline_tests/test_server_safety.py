@@ -44,8 +44,8 @@ def handbook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         (base / "corpus" / relative).parent.mkdir(parents=True, exist_ok=True)
         (base / "corpus" / relative).write_text(text)
     sources = base / "sources.yaml"
-    sources.write_text(f"sources:\n  handbook:\n    roots: [{base / 'corpus'}]\n    rules: {{tags: {{'policy/**': policy, "
-                       "'legal/**': legal}}\n  inbox: {uploads: true}\n")
+    sources.write_text(f"sources:\n  handbook:\n    roots: [{base / 'corpus'}]\n"
+                       "    rules: {tags: {'policy/**': policy, 'legal/**': legal}}\n  inbox: {uploads: true}\n")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAG_SOURCES_FILE", str(sources))
         patch.delenv("RAG_ROOTS", raising=False)
@@ -95,7 +95,8 @@ def test_answers_show_no_server_path(handbook: Settings, monkeypatch: pytest.Mon
         health = get(httpx.get(f"{url}/healthz"))
         assert health["status"] == "ok"
 
-        uploaded = get(httpx.post(f"{url}/sources/inbox/documents", files=[("files", ("pumps.md", b"# Pumps\n\nOil."))]))
+        pumps = [("files", ("pumps.md", b"# Pumps\n\nOil."))]
+        uploaded = get(httpx.post(f"{url}/sources/inbox/documents", files=pumps))
         assert uploaded["documents"][0]["path"].startswith("inbox/") and uploaded["documents"][0]["path"].endswith(
             "/pumps.md")
         job = wait_for(url, uploaded["ingest"]["id"], answers)

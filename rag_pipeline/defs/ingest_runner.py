@@ -30,8 +30,6 @@ from rag_pipeline.ingest.summary import IngestSummary
 from rag_pipeline.structured.freshness import stale_fields
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
-
-
 STORE_POLL_S = 0.25  # how often an ingest tries again for the embedded store another process holds
 LOCK_PATIENCE_S = 1.0  # a server asks who holds ingest.lock by taking it for an instant
 

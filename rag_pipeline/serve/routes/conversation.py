@@ -57,7 +57,11 @@ async def chat(body: ChatRequest, request: Request, scope: Reader, services: Ser
     if "application/json" in accept and "text/event-stream" not in accept:
         done = await run_in_threadpool(lambda: next(data for event, data in events if event == "done"))
         return JSONResponse(done)
-    return event_stream(itertools.chain([first], events), "chat", stream_failure)  # each event as it happens
+    def failure(error: Exception) -> dict[str, str]:
+        shown = stream_failure(error)
+        return {**shown, "message": paths.message(shown["message"])}
+
+    return event_stream(itertools.chain([first], events), "chat", failure)  # each event as it happens
 
 
 @router.get("/chat/{session_id}", responses=ERROR_RESPONSES)

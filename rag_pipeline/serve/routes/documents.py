@@ -57,7 +57,8 @@ async def start_ingest(services: ServicesDep, body: IngestRequest | None = None)
         raise Conflict(f"configured root(s) not a directory: {', '.join(missing)} (RAG_ROOTS)", code="roots_missing")
     # With a sources file every configured source is synced (RAG_ROOTS among them as `default`)
     job = services.ingest_jobs.start(None if settings.sources_file else [str(root) for root in settings.roots])
-    return JSONResponse(await shown(services, job.to_json()), status_code=202, headers={"Location": f"/ingest/{job.id}"})
+    return JSONResponse(await shown(services, job.to_json()), status_code=202,
+                        headers={"Location": f"/ingest/{job.id}"})
 
 
 @router.get("/ingest/{id}", response_model=IngestJobResponse, responses=ERROR_RESPONSES, dependencies=[ingester])
@@ -139,8 +140,8 @@ async def list_sources(scope: Reader, services: ServicesDep) -> Response:
     if scope is not None and scope.sources:
         overview = [entry for entry in overview if entry["name"] in scope.sources]
     if scope is not None and scope.tags:
-        tags = scope.tags
-        overview = await run_in_threadpool(lambda: [tagged_totals(services.settings, entry, tags) for entry in overview])
+        settings, tags = services.settings, scope.tags
+        overview = await run_in_threadpool(lambda: [tagged_totals(settings, entry, tags) for entry in overview])
     return JSONResponse({"sources": overview})
 
 
