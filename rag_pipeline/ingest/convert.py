@@ -20,7 +20,6 @@ from rag_pipeline.ingest.converters import (
     ConvertedDocument,
     DocumentConverter,
     PdfPipeline,
-    first_heading,
 )
 from rag_pipeline.ingest.formats import format_of
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
@@ -122,8 +121,8 @@ def sync_markdown(
         markdown.write_text(shard, sha, "md", converted.markdown)
         report.added.append(sha)
         rows.append({"sha": sha, "stage": "markdown", "converter": converted.converter,
-                     "pages": converted.page_count, "chars": len(converted.markdown), "title": converted.title,
-                     "first_heading": first_heading(converted.markdown), "convert_ms": outcome.convert_ms})
+                     "pages": converted.page_count, "chars": len(converted.markdown),
+                     "convert_ms": outcome.convert_ms})
     sidecar.upsert(rows)
     report.check_failures = unconverted(raw, markdown, report.shards)
     report.seconds = time.perf_counter() - started

@@ -21,6 +21,7 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
         wanted = {sha for sha in documents if settings.shard_of(sha) == shard}
         stored = {sha for sha, row in known.items() if row["shard"] == shard}
         converted = wanted - all_stores["markdown"].shas(shard, "error.json")
+        released = converted - all_stores["redacted"].shas(shard, "error.json")  # not withheld for a secret
         relabelled = any(any(label_changes(known[sha], documents[sha])) for sha in wanted & stored)
         unfinished = any(known[sha]["status"] == "pending" for sha in wanted & stored)
         in_sync = (
@@ -29,9 +30,10 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
             and not unfinished
             and all_stores["raw"].shas(shard) == wanted
             and all_stores["markdown"].shas(shard) == wanted
-            and all(all_stores[stage].shas(shard) == converted for stage in ("redacted", "chunks", "embeddings"))
-            and catalogued.get(shard, set()) == converted
-            and index_matches(store.shard_state(shard), {sha: known[sha] for sha in converted & stored})
+            and all_stores["redacted"].shas(shard) == converted
+            and all(all_stores[stage].shas(shard) == released for stage in ("chunks", "embeddings"))
+            and catalogued.get(shard, set()) == released
+            and index_matches(store.shard_state(shard), {sha: known[sha] for sha in released & stored})
         )
         if not in_sync:
             pending.append(shard)

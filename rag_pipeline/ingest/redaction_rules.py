@@ -402,3 +402,12 @@ def redact_with(settings: Settings, text: str) -> RedactionResult:
     return redact(text, pii_policy=settings.pii_policy, role_email_prefixes=settings.role_email_prefixes)
 
 
+def redact_value(settings: Settings, key: str, text: str) -> str | None:
+    """`text` redacted as the value of `key`: "key: text" goes through the rules, so the key is context as
+    `password: X` is in a body (`db_password: X` redacts X), and the value's redaction is returned. None when a
+    rule took part of the key itself (a key holding a secret)."""
+    prefix = f"{key}: "
+    redacted = redact_with(settings, prefix + text).text
+    return redacted[len(prefix):] if redacted.startswith(prefix) else None
+
+
