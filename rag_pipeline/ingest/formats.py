@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from rag_pipeline.fields.values import DocumentFields
+from rag_pipeline.ingest.limits import ConversionLimits, html_depth_refusal, pdf_pages_refusal, zip_bomb_refusal
 from rag_pipeline.ingest.stated_fields import html_fields, office_fields, pdf_fields
 
 SNIFF_BYTES = 64 * 1024  # what the sniffers read of a file
@@ -111,6 +112,7 @@ class Format:
     through docling, in conversion workers for large steps).
     read_fields: the document properties it states (title, author, ...), besides any its converter finds.
     words: how people name such documents in questions ("slides", "word"), for the planner.
+    exceeds: why a file of this format is over the conversion limits (ingest/limits.py), checked before converting.
     """
 
     doc_type: str
@@ -121,21 +123,22 @@ class Format:
     is_text: bool = False  # its bytes are text (the manifest previews what redaction would change)
     read_fields: Callable[[Path], DocumentFields] | None = None
     words: tuple[str, ...] = ()
+    exceeds: Callable[[Path, ConversionLimits], str | None] | None = None
 
 
 FORMATS: tuple[Format, ...] = (
     Format("pdf", ("pdf",), pdf_refusal, lambda head, _: pdf_refusal(head) is None, "pdf",
-           read_fields=pdf_fields, words=("pdf", "pdfs")),
+           read_fields=pdf_fields, words=("pdf", "pdfs"), exceeds=pdf_pages_refusal),
     Format("docx", ("docx",), office_refusal("docx", "word/"),
            lambda head, _: office_refusal("docx", "word/")(head) is None, "docling",
-           read_fields=lambda path: office_fields(path, "docx"), words=("docx", "word")),
+           read_fields=lambda path: office_fields(path, "docx"), words=("docx", "word"), exceeds=zip_bomb_refusal),
     Format("pptx", ("pptx",), office_refusal("pptx", "ppt/"),
            lambda head, _: office_refusal("pptx", "ppt/")(head) is None, "docling",
            read_fields=lambda path: office_fields(path, "pptx"),
-           words=("pptx", "powerpoint", "slide decks", "slides", "presentations")),
+           words=("pptx", "powerpoint", "slide decks", "slides", "presentations"), exceeds=zip_bomb_refusal),
     Format("html", ("html", "htm"), lambda head: text_refusal(head, require_utf8=False),
            lambda head, _: uploaded_text(head) and looks_like_html(head), "docling", is_text=True,
-           read_fields=html_fields, words=("html", "web pages")),
+           read_fields=html_fields, words=("html", "web pages"), exceeds=html_depth_refusal),
     Format("md", ("md", "markdown"), text_refusal,
            lambda head, name: uploaded_text(head) and named(".md", ".markdown")(name), "text", is_text=True,
            words=("markdown", "md")),
