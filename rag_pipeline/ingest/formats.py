@@ -18,7 +18,13 @@ from rag_pipeline.ingest.limits import ConversionLimits, html_depth_refusal, pdf
 from rag_pipeline.ingest.stated_fields import html_fields, office_fields, pdf_fields
 
 SNIFF_BYTES = 64 * 1024  # what the sniffers read of a file
-PDF_HEADER_WINDOW = 1024  # readers accept %PDF- anywhere in the first 1024 bytes
+HTML_TAG_WINDOW = 1024  # how far into a file an <html> tag makes it a page
+# The first bytes of executables (Mach-O in both byte orders and as a universal binary). Readers accept %PDF- anywhere
+# in a PDF's first 1024 bytes, which lets a file be an executable and a PDF at once: a PDF must start with its
+# header, and no format may start as an executable. A script with a shebang is text, and is read as text.
+EXECUTABLE_MAGIC = {b"\x7fELF": "ELF", b"\xfe\xed\xfa\xce": "Mach-O", b"\xfe\xed\xfa\xcf": "Mach-O",
+                    b"\xce\xfa\xed\xfe": "Mach-O", b"\xcf\xfa\xed\xfe": "Mach-O", b"\xca\xfe\xba\xbe": "Mach-O universal",
+                    b"\x00asm": "WebAssembly"}
 
 
 @dataclass(frozen=True)
@@ -67,9 +73,18 @@ def text_refusal(head: Head, *, require_utf8: bool = True) -> str | None:
     return None
 
 
+def executable_refusal(head: Head) -> str | None:
+    """Why the bytes are refused as any document: they start as an executable (ELF, Windows PE, Mach-O, ...)."""
+    kind = next((name for magic, name in EXECUTABLE_MAGIC.items() if head.data.startswith(magic)), None)
+    if kind is None and head.data.startswith(b"MZ") and len(head.data) >= 64:
+        offset = int.from_bytes(head.data[60:64], "little")  # a DOS header points to the PE header
+        kind = "Windows PE" if head.data[offset:offset + 4] == b"PE\x00\x00" else None
+    return f"an executable ({kind}), not a document" if kind else None
+
+
 def pdf_refusal(head: Head) -> str | None:
-    if b"%PDF-" not in head.data[:PDF_HEADER_WINDOW]:
-        return f"not a PDF: no %PDF- header in the first {PDF_HEADER_WINDOW} bytes"
+    if not head.data.lstrip().startswith(b"%PDF-"):
+        return "not a PDF: no %PDF- header at its start"
     return None
 
 
@@ -95,7 +110,7 @@ def uploaded_text(head: Head) -> bool:
 def looks_like_html(head: Head) -> bool:
     """Text that starts as an HTML document or holds an <html> tag early on."""
     start = head.data.decode("utf-8-sig", errors="replace").lstrip().lower()
-    return start.startswith(("<!doctype html", "<html")) or b"<html" in head.data[:PDF_HEADER_WINDOW].lower()
+    return start.startswith(("<!doctype html", "<html")) or b"<html" in head.data[:HTML_TAG_WINDOW].lower()
 
 
 def named(*suffixes: str) -> Callable[[str], bool]:
