@@ -135,6 +135,10 @@ class Settings(BaseSettings):
     qdrant_alias: str = "rag_chunks"
     # Index generations kept after a switch (the active one included); older collections are dropped.
     keep_generations: int = Field(1, ge=1)
+    # Rewrite the embedded store whenever an ingest purges documents (removed or edited files, deleted uploads), so
+    # that their text leaves its files: deleting a point leaves its payload in the segment files until they are
+    # vacuumed and in the write-ahead log until later writes overwrite it. Costs a copy of every live point.
+    compact_after_purge: bool = False
     hnsw_m: int = 16
     hnsw_ef_construct: int = 100
     hnsw_ef: int = 128

@@ -143,9 +143,13 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     if upserted or deleted or report.moved or report.retagged:
         store.mark_changed()
     optimize_seconds = 0.0
-    if upserted:
+    compact = bool(report.purged) and settings.compact_after_purge  # points of vanished documents were deleted
+    if upserted or compact:
         begin = time.perf_counter()
-        store.optimize()
+        if compact:
+            store.compact()  # optimizes the rewritten shard too
+        else:
+            store.optimize()
         optimize_seconds = time.perf_counter() - begin
     report.check_failures = chunk_mismatches(store, expected_by_shard, sidecar)
     report.chunks = upserted
