@@ -1,6 +1,6 @@
-"""Secrets never survive a real ingest: planted secrets in every format, the unredacted artifacts owner-only or
-dropped, a document holding a secret the redactor misses failing alone, and the blocking check reading what was
-released."""
+"""Secrets never survive a real ingest: planted secrets in every format (bodies, fields, rosters, file names), the
+unredacted artifacts owner-only or dropped, a document holding a secret the redactor misses failing alone, and the
+blocking check reading what was released."""
 
 from __future__ import annotations
 
@@ -38,6 +38,10 @@ def test_no_planted_secret_survives_and_benign_strings_stay(tmp_path: Path) -> N
     corpus = measured.corpus
     assert len(corpus.secrets) >= 60 and len({p.kind for p in corpus.secrets}) >= 15 and len(corpus.benign) >= 40
     assert {name.rsplit(".", 1)[1] for name in corpus.files} == {"md", "txt", "html", "docx", "pdf", "pptx"}
+    # in bodies, in the fields of every format but plain text, in roster cells and in file names
+    assert {(p.where, p.kind) for p in corpus.secrets} >= {("field", "password"), ("roster", "password"),
+                                                            ("name", "github_token")}
+    assert {p.where for p in corpus.benign} == {"body", "field", "roster", "name"}
     assert measured.lost_in_conversion == []  # every planted string reached redaction verbatim
     assert measured.leaks == {name: [] for name in measured.leaks}
     assert measured.recall == 1.0
@@ -121,3 +125,33 @@ def test_no_secret_survives_reads_what_was_released(tmp_path: Path) -> None:
     assert released_secrets(redacted, released, {"a" * 64: "a.docx"}) == [
         "a.docx: released with a secret (aws_access_key_id in field subject)",
         f"{'b' * 64}: released with a secret (credential on line 3)"]
+
+
+def test_a_secret_in_a_file_name_is_not_embedded_or_shown(tmp_path: Path) -> None:
+    """A file named `api_key=ghp_....md`: its name reached the embedded context line, the payload paths and so the
+    citations. What is embedded and shown now has it redacted; the sidecar keeps the real path, by which the file
+    is found (and re-synced: a second ingest has nothing to do)."""
+    from rag_pipeline.components import open_retriever
+
+    from .test_index_sync import hits_for_token
+
+    token = "ghp_" + "Q7w8E9r0T1" * 4
+    root, data_dir = tmp_path / "docs", tmp_path / "data"
+    (root / f"keys_{token}").mkdir(parents=True)
+    (root / f"keys_{token}" / f"api_key={token}.md").write_text("# Deploy notes\n\nThe deploy runs nightly.\n")
+    (root / "plain.md").write_text("# Plain\n\nNothing to hide about the nightly deploy.\n")
+    assert ingest([root], data_dir)["added"] == 2
+    shown = "/[REDACTED:high_entropy]/api_key=[REDACTED:github_token].md"  # the folder name, the file name
+    assert hits_for_token(data_dir, token) == []  # the context line's BM25 terms hold no part of it
+    retriever = open_retriever(load_settings(data_dir=data_dir))
+    try:
+        results = retriever.search("when does the deploy run", top_k=5).to_json()["results"]
+    finally:
+        retriever.close()
+    assert {Path(hit["path"]).name for hit in results} == {"plain.md", "api_key=[REDACTED:github_token].md"}
+    assert any(hit["path"].endswith(shown) for hit in results) and token not in repr(results)
+    settings = load_settings(data_dir=data_dir)
+    assert token not in files_text(stores(settings)["chunks"].dir)
+    rows = Sidecar(settings.sidecar_path).documents().values()
+    assert any(row["paths"][0].endswith(f"api_key={token}.md") for row in rows)  # the real path, to find the file
+    assert ingest([root], data_dir)["shards"] == []
