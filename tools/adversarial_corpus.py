@@ -31,7 +31,7 @@ BAD = {
     "bomb.pptx": "a ZIP bomb",
     "long.pdf": "too many pages",
     "invoice.pdf": "an executable (ELF), not a document",
-    "setup.md": "an executable (Windows PE), not a document",
+    "setup.md": "binary content (NUL bytes)",
     "audit.docx": "a secret survived redaction",
 }
 GOOD = ["notes.md", "policy.txt", "injected-title.md", "injected-front-matter.md", "injected-property.docx",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, ignoring_pattern
-from rag_pipeline.ingest.formats import Format, Head, enabled_extensions, executable_refusal, format_of_path
+from rag_pipeline.ingest.formats import Format, Head, enabled_extensions, format_of_path
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import Settings
 
@@ -91,9 +91,8 @@ def sha256_file(path: Path) -> str:
 
 
 def sniff(path: Path, fmt: Format) -> None:
-    """Refuse a file whose bytes are an executable or do not belong to its extension's format."""
-    head = Head.read(path=path)
-    reason = executable_refusal(head) or fmt.refusal(head)
+    """Refuse a file whose bytes do not belong to its extension's format."""
+    reason = fmt.refusal(Head.read(path=path))
     if reason is not None:
         raise RefusedFile(reason)
 

@@ -21,7 +21,8 @@ SNIFF_BYTES = 64 * 1024  # what the sniffers read of a file
 HTML_TAG_WINDOW = 1024  # how far into a file an <html> tag makes it a page
 # The first bytes of executables (Mach-O in both byte orders and as a universal binary). Readers accept %PDF- anywhere
 # in a PDF's first 1024 bytes, which lets a file be an executable and a PDF at once: a PDF must start with its
-# header, and no format may start as an executable. A script with a shebang is text, and is read as text.
+# header, and no upload may start as an executable (text formats refuse them anyway: their headers hold NUL bytes).
+# A script with a shebang is text, and is read as text.
 EXECUTABLE_MAGIC = {b"\x7fELF": "ELF", b"\xfe\xed\xfa\xce": "Mach-O", b"\xfe\xed\xfa\xcf": "Mach-O",
                     b"\xce\xfa\xed\xfe": "Mach-O", b"\xcf\xfa\xed\xfe": "Mach-O", b"\xca\xfe\xba\xbe": "Mach-O universal",
                     b"\x00asm": "WebAssembly"}
@@ -74,7 +75,7 @@ def text_refusal(head: Head, *, require_utf8: bool = True) -> str | None:
 
 
 def executable_refusal(head: Head) -> str | None:
-    """Why the bytes are refused as any document: they start as an executable (ELF, Windows PE, Mach-O, ...)."""
+    """Why the bytes are no document: they start as an executable (ELF, Windows PE, Mach-O, ...)."""
     kind = next((name for magic, name in EXECUTABLE_MAGIC.items() if head.data.startswith(magic)), None)
     if kind is None and head.data.startswith(b"MZ") and len(head.data) >= 64:
         offset = int.from_bytes(head.data[60:64], "little")  # a DOS header points to the PE header
@@ -83,6 +84,8 @@ def executable_refusal(head: Head) -> str | None:
 
 
 def pdf_refusal(head: Head) -> str | None:
+    if (executable := executable_refusal(head)) is not None:  # it may carry %PDF- further in
+        return executable
     if not head.data.lstrip().startswith(b"%PDF-"):
         return "not a PDF: no %PDF- header at its start"
     return None
