@@ -1,9 +1,9 @@
 """Benchmark rag_pipeline.ingest.convert over the dataset documents with one DocumentConverter.
 
 With --workers N it instead times a step's conversion (ingest/convert.py: conversions) of the documents (the
-first --limit of them, each --repeat times) with RAG_CONVERT_WORKERS=N (1: in-process), twice in this process:
-cold (docling imported, or the worker pool's forkserver started, inside the timing: a CLI ingest) and warm (a
-long-lived process: the API, the Dagster code server). Run it once per N to compare.
+first --limit of them, each --repeat times) with RAG_CONVERT_WORKERS=N (every document for docling converts in a
+worker process), twice in this process: cold (the worker pool's forkserver started inside the timing: a CLI
+ingest) and warm (a long-lived process: the API, the Dagster code server). Run it once per N to compare.
 
 Usage: HF_HUB_OFFLINE=1 python bench/bench_convert.py [--repeat N] [--documents DIR] [--workers N [--limit M]]
 """
@@ -15,7 +15,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from rag_pipeline.ingest.convert import POOL_MIN_DOCUMENTS, conversions
+from rag_pipeline.ingest.convert import conversions
 from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.settings import Settings
 
@@ -64,8 +64,8 @@ def time_step(paths: list[Path], workers: int) -> None:
     """Wall time of converting `paths` as one step would, cold then warm."""
     settings, converter = Settings(convert_workers=workers), DocumentConverter()
     jobs = [(path, DOC_TYPES[path.suffix]) for path in paths]
-    pooled = workers > 1 and sum(doc_type not in ("md", "txt") for _, doc_type in jobs) >= POOL_MIN_DOCUMENTS
-    print(f"{len(jobs)} documents, RAG_CONVERT_WORKERS={workers}: {'worker pool' if pooled else 'in-process'}")
+    pooled = sum(doc_type not in ("md", "txt") for _, doc_type in jobs)
+    print(f"{len(jobs)} documents, RAG_CONVERT_WORKERS={workers}: {pooled} in worker processes")
     for label in ("cold", "warm"):
         started = time.perf_counter()
         failed = sum(outcome.converted is None for _, outcome in conversions(settings, converter, jobs))

@@ -67,11 +67,23 @@ class Settings(BaseSettings):
     # "layout_model": docling's standard pipeline (needs its layout weights installed locally).
     pdf_pipeline: Literal["native", "layout_model"] = "native"
     # Conversion worker processes (docling is CPU-bound and single-threaded): unset = the cores this process may
-    # use; 1 = convert in the ingest process. A step with few documents for docling converts in-process (see
-    # ingest/convert.py: POOL_MIN_DOCUMENTS). In a worker, a document converting longer than convert_timeout_s
-    # fails and its worker is replaced.
+    # use (at most one per document of a step). Every document for docling converts in a worker, whatever process
+    # runs the ingest (CLI, API, Dagster); one converting longer than convert_timeout_s fails and its worker is
+    # replaced. Text files convert in the ingest process.
     convert_workers: int | None = Field(None, ge=1)
     convert_timeout_s: float = Field(600.0, gt=0)
+    # Conversion limits (ingest/limits.py), checked before converting so that a hostile or broken file fails fast
+    # and alone. HTML: element nesting as docling's parser builds it (docling slows with the square of the depth
+    # and fails past ~500; real pages nest a few dozen levels). DOCX/PPTX: bytes uncompressed and the compression
+    # ratio of the ZIP container (a ZIP bomb). PDF: pages.
+    max_html_depth: int = Field(256, ge=1)
+    max_unzipped_bytes: int = Field(512 * 1024 * 1024, ge=1)
+    max_zip_ratio: float = Field(100.0, gt=1)
+    max_pdf_pages: int = Field(5000, ge=1)
+    # Characters one document may become once converted (10 M: a 1,000-page manual is ~3 M); beyond it the
+    # document fails with that reason. It bounds what every later stage holds for one document (chunks, vectors,
+    # points): memory and time of an ingest stay bounded whatever a file holds.
+    max_document_chars: int = Field(10_000_000, ge=1)
 
     # Redaction. "redact" replaces personal PII; "keep" leaves PII (secrets are always redacted).
     pii_policy: Literal["redact", "keep"] = "redact"
@@ -126,6 +138,10 @@ class Settings(BaseSettings):
     qdrant_alias: str = "rag_chunks"
     # Index generations kept after a switch (the active one included); older collections are dropped.
     keep_generations: int = Field(1, ge=1)
+    # Rewrite the embedded store whenever an ingest purges documents (removed or edited files, deleted uploads), so
+    # that their text leaves its files: deleting a point leaves its payload in the segment files until they are
+    # vacuumed and in the write-ahead log until later writes overwrite it. Costs a copy of every live point.
+    compact_after_purge: bool = False
     hnsw_m: int = 16
     hnsw_ef_construct: int = 100
     hnsw_ef: int = 128

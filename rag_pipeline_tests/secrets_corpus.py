@@ -1,16 +1,20 @@
 """A corpus of planted secrets and benign look-alikes in every ingested format (md, txt, html, docx, pdf, pptx).
 
-Secrets sit in prose, table rows, code blocks and `.env`-style lines; the benign strings (commit SHAs, UUIDs,
-digests, versions, identifiers, placeholders, "password policy" prose) sit beside them. Token bodies come from
-a seeded generator, so the corpus is the same on every run and no string is a real credential.
-`build(root)` writes the files and returns what it planted.
+Secrets sit in prose, table rows, code blocks and `.env`-style lines, in the fields every format states (front
+matter, HTML meta, DOCX/PPTX core properties, PDF info), in roster cells and in file names; the benign strings
+(commit SHAs, UUIDs, digests, versions, identifiers, placeholders, "password policy" prose) sit beside them, in
+the same places. Token bodies come from a seeded generator, so the corpus is the same on every run and no string is
+a real credential. `build(root)` writes the files (and a sources file with the roster) and returns what it planted.
 """
 
 from __future__ import annotations
 
 import html
+import os
 import random
 import string
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +28,8 @@ _B64 = _ALNUM + "+/"
 class Planted:
     kind: str
     value: str  # the exact string that must not survive (secret) or must survive (benign)
-    line: str  # the line it is planted in
+    line: str  # the line it is planted in ("name: value" for a field or a roster cell)
+    where: str = "body"  # body | field | roster | name (a file name)
 
 
 def _body(rng: random.Random, alphabet: str, length: int) -> str:
@@ -164,6 +169,64 @@ def _benign_lines(rng: random.Random) -> list[Planted]:
     return [Planted(kind, value, line) for kind, value, line in items]
 
 
+def _field_plants(rng: random.Random, suffix: str) -> dict[str, tuple[str, str, bool]]:
+    """The fields one file of the format states: name -> (text, kind, secret?). Markdown and HTML name their own
+    fields (the name is context: `db_password`), the other formats have fixed property names, so the context is in
+    the value (`password: X`); plain text states none."""
+    password, token, api_key = _password(rng), _body(rng, _ALNUM, 26), _body(rng, _ALNUM, 28)
+    github, stripe = "ghp_" + _body(rng, _ALNUM, 36), "sk_live_" + _body(rng, _ALNUM, 24)
+    sha1, uuid = _body(rng, _HEX, 40), "-".join(_body(rng, _HEX, n) for n in (8, 4, 4, 4, 12))
+    plants = {
+        "md": {"db_password": (password, "password", True), "api_token": (token, "token", True),
+               "ci_bot": (github, "github_token", True), "token_budget": ("512", "identifier", False),
+               "commit": (sha1, "commit_sha", False), "reviewer": ("security@acme.test", "role_email", False)},
+        "html": {"api_key": (api_key, "api_key", True), "billing": (stripe, "stripe_key", True),
+                 "description": (f"The admin password is {password}.", "password", True),
+                 "generator": ("Hugo 0.123.4", "version", False), "build": (sha1, "commit_sha", False)},
+        "docx": {"subject": (f"password: {password}", "password", True), "category": (f"token={token}", "token", True),
+                 "identifier": (uuid, "uuid", False), "version": ("2.14.1-rc3", "version", False)},
+        "pptx": {"subject": (f"api_key: {api_key}", "api_key", True), "category": (github, "github_token", True),
+                 "identifier": (uuid, "uuid", False), "version": ("v3.11.2", "semver", False)},
+        "pdf": {"subject": (f"api_key={api_key}", "api_key", True), "creator": (stripe, "stripe_key", True),
+                "title": ("Operations handbook (pdf)", "title", False), "author": (sha1[:12], "short_sha", False)},
+        "txt": {},
+    }
+    return plants[suffix]
+
+
+def _planted_value(text: str, kind: str) -> str:
+    """What must (not) survive of a planted field text: the secret after its context, or the whole text."""
+    for separator in (": ", "=", " is "):
+        if separator in text and kind not in ("title", "version", "uuid", "commit_sha", "short_sha"):
+            return text.rsplit(separator, 1)[1].rstrip(".")
+    return text
+
+
+def _roster_plants(rng: random.Random) -> tuple[str, list[Planted]]:
+    """A roster CSV whose columns name their cells' kind (api_token, password) or hold prose, and benign ones."""
+    rows, planted = ["project_id,api_token,password,notes,sku,contact"], []
+    for number in range(1, 4):
+        token, password, key = "ghp_" + _body(rng, _ALNUM, 36), _password(rng), _body(rng, _ALNUM, 28)
+        sku, notes = f"SKU-{rng.randint(1000, 9999)}-{_body(rng, _HEX, 4)}", f"api_key={key} rotates yearly"
+        rows.append(f"P-{number},{token},{password},{notes},{sku},support@acme.test")
+        planted += [Planted("github_token", token, f"api_token: {token}", "roster"),
+                    Planted("password", password, f"password: {password}", "roster"),
+                    Planted("api_key", key, f"notes: {notes}", "roster"),
+                    Planted("sku", sku, f"sku: {sku}", "roster")]
+    planted.append(Planted("role_email", "support@acme.test", "contact: support@acme.test", "roster"))
+    return "\n".join(rows) + "\n", planted
+
+
+def _name_plants(rng: random.Random) -> list[Planted]:
+    """Files named after a secret (`api_key=<token>.md`) and benign names that look like one."""
+    github, password = "ghp_" + _body(rng, _ALNUM, 36), _password(rng)
+    sha1 = _body(rng, _HEX, 40)
+    return [Planted("github_token", github, f"deploy api_key={github}.md", "name"),
+            Planted("password", password, f"password={password}.txt", "name"),
+            Planted("commit_sha", sha1, f"release-notes {sha1}.md", "name"),
+            Planted("version", "2.14.1-rc3", "upgrade to 2.14.1-rc3.md", "name")]
+
+
 @dataclass(frozen=True)
 class Corpus:
     secrets: list[Planted]
@@ -186,8 +249,8 @@ def _cells(row: str) -> list[str]:
     return [cell.strip() for cell in row.strip("|").split("|")]
 
 
-def _write_md(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
-    out = []
+def _write_md(path: Path, blocks: list[tuple[str, list[str]]], fields: dict[str, str]) -> None:
+    out = ["---", *(f"{name}: '{text}'" for name, text in fields.items()), "---"] if fields else []
     for kind, lines in blocks:
         if kind == "heading":
             out += [f"# {lines[0]}", ""]
@@ -200,12 +263,13 @@ def _write_md(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
     path.write_text("\n".join(out), encoding="utf-8")
 
 
-def _write_txt(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
+def _write_txt(path: Path, blocks: list[tuple[str, list[str]]], fields: dict[str, str]) -> None:
     path.write_text("\n\n".join("\n".join(lines) for _, lines in blocks) + "\n", encoding="utf-8")
 
 
-def _write_html(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
-    out = ["<html><body>"]
+def _write_html(path: Path, blocks: list[tuple[str, list[str]]], fields: dict[str, str]) -> None:
+    meta = "".join(f'<meta name="{name}" content="{html.escape(text)}">' for name, text in fields.items())
+    out = [f"<html><head>{meta}</head><body>"]
     for kind, lines in blocks:
         if kind == "heading":
             out.append(f"<h1>{html.escape(lines[0])}</h1>")
@@ -220,10 +284,12 @@ def _write_html(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
     path.write_text("\n".join(out + ["</body></html>"]), encoding="utf-8")
 
 
-def _write_docx(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
+def _write_docx(path: Path, blocks: list[tuple[str, list[str]]], fields: dict[str, str]) -> None:
     import docx
 
     document = docx.Document()
+    for name, text in fields.items():
+        setattr(document.core_properties, name, text)
     for kind, lines in blocks:
         if kind == "heading":
             document.add_heading(lines[0], level=1)
@@ -238,11 +304,13 @@ def _write_docx(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
     document.save(path)
 
 
-def _write_pptx(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
+def _write_pptx(path: Path, blocks: list[tuple[str, list[str]]], fields: dict[str, str]) -> None:
     from pptx import Presentation
     from pptx.util import Inches, Pt
 
     deck = Presentation()
+    for name, text in fields.items():
+        setattr(deck.core_properties, name, text)
     for kind, lines in blocks:
         if kind == "heading":
             deck.slides.add_slide(deck.slide_layouts[5]).shapes.title.text = lines[0]
@@ -263,12 +331,14 @@ def _write_pptx(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
     deck.save(path)
 
 
-def _write_pdf(path: Path, blocks: list[tuple[str, list[str]]]) -> None:
+def _write_pdf(path: Path, blocks: list[tuple[str, list[str]]], fields: dict[str, str]) -> None:
     from reportlab.lib.pagesizes import A4, landscape
     from reportlab.pdfgen import canvas
 
     width, height = landscape(A4)
     pdf = canvas.Canvas(str(path), pagesize=(width, height))
+    for name, text in fields.items():  # the document information dictionary: subject, creator, ...
+        getattr(pdf, f"set{name.title()}")(text)
     y = height - 40
     for kind, lines in blocks:
         size = 16 if kind == "heading" else 8
@@ -294,13 +364,30 @@ def build(root: Path, seed: int = 13) -> Corpus:
     benign = _benign_lines(rng)
     share = -(-len(benign) // len(WRITERS))
     files: dict[str, list[Planted]] = {}
+    field_rng = random.Random(seed + 1)  # the body's secrets stay those of the corpus before fields were planted
+    fields: list[Planted] = []
     for index, (suffix, write) in enumerate(WRITERS.items()):
         styles = {style: _secret_lines(rng, style) for style in ("prose", "table", "code", "env")}
         mine = benign[index * share:(index + 1) * share]
         name = f"handbook-{suffix}.{suffix}"
-        write(root / name, _document(f"Operations handbook ({suffix})", styles, mine))
-        files[name] = [p for planted in styles.values() for p in planted] + mine
-    secrets = [p for planted in files.values() for p in planted if p not in benign]
+        stated = _field_plants(field_rng, suffix)
+        write(root / name, _document(f"Operations handbook ({suffix})", styles, mine),
+              {field: text for field, (text, _, _) in stated.items()})
+        planted = [Planted(kind, _planted_value(text, kind), f"{field}: {text}", "field")
+                   for field, (text, kind, _) in stated.items()]
+        fields += [plant for plant, (_, _, secret) in zip(planted, stated.values()) if not secret]
+        files[name] = [p for planted in styles.values() for p in planted] + mine + planted
+    table, roster = _roster_plants(field_rng)
+    (root.parent / "roster.csv").write_text(table, encoding="utf-8")
+    (root.parent / "sources.yaml").write_text(
+        f"sources:\n  corpus: {{roots: [{root}]}}\nroster:\n  - {{path: roster.csv, key: project_id, "
+        "document_key: project_id}\n", encoding="utf-8")
+    names = _name_plants(field_rng)
+    for plant in names:
+        (root / plant.line).write_text("# Release notes\n\nThe release went out on Tuesday.\n", encoding="utf-8")
+    benign_kinds = {"sku", "role_email", "commit_sha", "version"}
+    benign = benign + fields + [p for p in roster + names if p.kind in benign_kinds]
+    secrets = [p for planted in [*files.values(), roster, names] for p in planted if p not in benign]
     return Corpus(secrets=secrets, benign=benign, files=files)
 
 
@@ -324,8 +411,15 @@ class Measurement:
 
     def report(self) -> str:
         kinds = len({planted.kind for planted in self.corpus.secrets})
+        leaked = {planted for found in self.leaks.values() for planted in found}
+        places = ", ".join(
+            f"{where} {sum(p.where == where for p in self.corpus.secrets)} secrets / "
+            f"{sum(p.where == where for p in self.corpus.benign)} benign"
+            f" (leaked {sum(p.where == where for p in leaked)}, benign redacted "
+            f"{sum(p.where == where for p in self.benign_redacted)})" for where in ("body", "field", "roster", "name"))
         return (f"{len(self.corpus.secrets)} secrets of {kinds} kinds, {len(self.corpus.benign)} benign strings "
-                f"in {len(self.corpus.files)} files ({', '.join(sorted(self.corpus.files))})\n"
+                f"in {len(self.corpus.files)} files ({', '.join(sorted(self.corpus.files))}), a roster and file names\n"
+                f"by place: {places}\n"
                 f"secrets recall: {self.recall:.3f}\n"
                 f"benign false-redaction rate: {self.false_redaction_rate:.3f} "
                 f"({[p.value for p in self.benign_redacted]})\n"
@@ -336,10 +430,31 @@ def _texts(folder: Path, pattern: str) -> str:
     return "\n".join(path.read_text(encoding="utf-8") for path in sorted(folder.rglob(pattern)))
 
 
+# Sidecar columns that keep a file's real path, by which the system finds it (and the built-in `path` and `name`
+# fields derived from them); what is embedded and shown of a path has its secrets redacted.
+PATH_COLUMNS = {"path", "paths", "rel_path", "root", "roots", "all_paths"}
+
+
+@contextmanager
+def _sources_file(path: Path) -> Iterator[None]:
+    """RAG_SOURCES_FILE set to `path` for the duration."""
+    before = os.environ.get("RAG_SOURCES_FILE")
+    os.environ["RAG_SOURCES_FILE"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["RAG_SOURCES_FILE"]
+        else:
+            os.environ["RAG_SOURCES_FILE"] = before
+
+
 def ingest_and_measure(root: Path, data_dir: Path) -> Measurement:
-    """Ingest the corpus under root for real and look for every planted secret in what the ingest keeps after
-    redaction: the redacted Markdown, the chunk artifacts, the sidecar tables, the Qdrant payloads, and the
-    results of searching for each secret's own line. Needs the unredacted Markdown kept (the default)."""
+    """Ingest the corpus under root (its roster too) for real and look for every planted secret in what the ingest
+    keeps after redaction: the redacted Markdown, the chunk artifacts, the sidecar tables (but the columns that
+    keep real paths), the Qdrant payloads, and the results of searching for each secret's own line. A benign string
+    must survive where it was planted: the redacted Markdown, the stored fields, the roster or the shown paths.
+    Needs the unredacted Markdown kept (the default)."""
     from rag_pipeline import components
     from rag_pipeline.defs.ingest_runner import ingest
     from rag_pipeline.ingest.stage import stores
@@ -347,12 +462,14 @@ def ingest_and_measure(root: Path, data_dir: Path) -> Measurement:
     from rag_pipeline_tests.sidecar_sql import sql_rows
 
     corpus = build(root)
-    ingest([root], data_dir)
-    settings = components.load_settings(data_dir=data_dir)
+    with _sources_file(root.parent / "sources.yaml"):
+        ingest(data_dir=data_dir)
+        settings = components.load_settings(data_dir=data_dir)
     artifacts = stores(settings)
     markdown, redacted = _texts(artifacts["markdown"].dir, "*.md"), _texts(artifacts["redacted"].dir, "*.md")
     sidecar = Sidecar(settings.sidecar_path)
-    tables = [row["name"] for row in sql_rows(sidecar, "SELECT table_name AS name FROM information_schema.tables")]
+    tables = [row["name"] for row in sql_rows(sidecar, "SELECT table_name AS name FROM information_schema.tables "
+                                                       "WHERE table_type = 'BASE TABLE'")]
     chunk_ids = [row["chunk_id"] for row in sql_rows(sidecar, "SELECT chunk_id FROM chunks")]
     with components.generations(settings).building() as store:
         payloads = [hit.payload for hit in store.get(chunk_ids)]
@@ -361,16 +478,20 @@ def ingest_and_measure(root: Path, data_dir: Path) -> Measurement:
         results = [hit.payload for planted in corpus.secrets for hit in retriever.search(planted.line, top_k=5).hits]
     finally:
         retriever.close()
+    stored = {table: [{column: value for column, value in row.items() if column not in PATH_COLUMNS}
+                      for row in sql_rows(sidecar, f"SELECT * FROM {table}")] for table in tables}
     surfaces = {
         "redacted_markdown": redacted,
         "chunk_artifacts": _texts(artifacts["chunks"].dir, "*.jsonl"),
-        "sidecar": "\n".join(repr(sql_rows(sidecar, f"SELECT * FROM {table}")) for table in tables),
+        "sidecar": repr(stored),
         "qdrant_payload": repr(payloads),
         "search_results": repr(results),
     }
+    kept = {"body": redacted, "field": repr(stored["document_fields"]), "roster": repr(stored["roster_values"]),
+            "name": repr([payload["paths"] for payload in payloads])}
     return Measurement(
         corpus=corpus,
-        lost_in_conversion=[p for p in corpus.secrets + corpus.benign if p.value not in markdown],
+        lost_in_conversion=[p for p in corpus.secrets + corpus.benign if p.where == "body" and p.value not in markdown],
         leaks={name: [p for p in corpus.secrets if p.value in text] for name, text in surfaces.items()},
-        benign_redacted=[p for p in corpus.benign if p.value not in redacted],
+        benign_redacted=[p for p in corpus.benign if p.value not in kept[p.where]],
     )

@@ -361,3 +361,23 @@ def test_an_overlap_over_the_budget_is_capped() -> None:
                             document_name=NAME)
     assert all(pieces(contextual_text(NAME, chunk)) <= 254 for chunk in chunks)
     assert all(pieces(chunk.text) > 100 for chunk in chunks[:-1])  # not collapsed to a word or two
+
+
+def test_token_ruler_tokenizes_in_pieces_as_the_whole_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pieces cut at line breaks (or spaces, or anywhere in a word longer than a piece) count the same word pieces
+    as the whole text, at the same offsets, while only their start offsets are kept."""
+    from pathlib import Path
+
+    from rag_pipeline.ingest import chunkers
+
+    tokenizer = TOKENIZER
+    corpus = Path(__file__).resolve().parents[1] / "golden" / "corpus"
+    text = "\n\n".join(path.read_text() for path in sorted(corpus.rglob("*.md")))
+    text += "\n" + "a long line without breaks " * 40 + "\n" + "x" * 300 + "\nend"
+    whole = [start for start, end in tokenizer.encode(text, add_special_tokens=False).offsets if end > start]
+    monkeypatch.setattr(chunkers, "TOKENIZE_PIECE_CHARS", 200)
+    ruler = chunkers.TokenRuler(text, tokenizer)
+    assert ruler._starts.itemsize == 8 and len(text) > 20 * 200
+    body = text.rindex("x" * 300)  # a word longer than a piece is cut, so only its pieces may differ
+    assert [start for start in ruler._starts if not body <= start < body + 300] == \
+        [start for start in whole if not body <= start < body + 300]

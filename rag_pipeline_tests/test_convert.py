@@ -1,14 +1,19 @@
-"""Document-to-Markdown conversion on real documents with real docling (no mocks)."""
+"""Document-to-Markdown conversion on real documents with real docling (no mocks), and its limits."""
 
 from __future__ import annotations
 
 import os
 import re
+import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from rag_pipeline.ingest.convert import conversions
 from rag_pipeline.ingest.converters import ConversionError, ConvertedDocument, DocumentConverter
+from rag_pipeline.ingest.limits import ConversionLimits, html_nesting
+from rag_pipeline.settings import Settings
 
 from .conftest import DOCUMENTS
 
@@ -214,3 +219,81 @@ def test_layout_model_without_weights_raises(documents_dir: Path) -> None:
     converter = DocumentConverter(pdf_pipeline="layout_model")
     with pytest.raises(ConversionError, match="layout model weights are not available.*RAG_PDF_PIPELINE=native"):
         converter.convert(documents_dir / "multi_page.pdf", "pdf")
+
+
+LIMITS = ConversionLimits(html_depth=256, unzipped_bytes=50 * 2**20, zip_ratio=100, pdf_pages=10,
+                          document_chars=1_000_000)
+
+
+def nested_html(depth: int, tag: str = "div") -> str:
+    return f"<html><body>{f'<{tag}>' * depth}<p>deep text</p>{f'</{tag}>' * depth}</body></html>"
+
+
+def test_deeply_nested_html_fails_fast_before_docling(tmp_path: Path) -> None:
+    """10,000 nested <div> (110 KB): docling took 47 s to end in a RecursionError; the streaming scan refuses it at
+    the limit, and real pages (the dataset's, a page of unclosed <p>) pass it."""
+    deep = tmp_path / "deep.html"
+    deep.write_text(nested_html(10_000))
+    converter = DocumentConverter(limits=LIMITS)
+    with pytest.raises(ConversionError, match=r"too deeply nested: .* than 256 levels deep \(RAG_MAX_HTML_DEPTH\)"):
+        converter.convert(deep, "html")
+    assert converter._docling_converter is None  # refused before docling was even built
+    assert html_nesting(deep, 256) == 257
+    assert html_nesting(deep, 20_000) == 10_003  # html, body, the divs and the p
+    flat = tmp_path / "flat.html"
+    flat.write_text("<html><body>" + "<p>unclosed paragraph" * 200 + "<br><img src=x.png><hr/></body></html>")
+    assert html_nesting(flat, 1_000) == 202  # html.parser nests unclosed tags, as docling's parser does
+    assert max(html_nesting(path, 256) for path in DOCUMENTS.glob("*.html")) < 40
+    assert converter.convert(DOCUMENTS / "wiki_duck.html", "html").markdown
+
+
+def zip_bomb_docx(path: Path, inflated: int) -> None:
+    """A real DOCX (python-docx) with one more part of `inflated` zero bytes, which deflate shrinks ~1,000 times."""
+    import docx
+
+    docx.Document().save(path)
+    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("word/media/padding.bin", bytes(inflated))
+
+
+def test_zip_bombs_and_oversized_containers_are_refused(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.docx"
+    zip_bomb_docx(bomb, 40 * 2**20)
+    converter = DocumentConverter(limits=LIMITS)
+    with pytest.raises(ConversionError, match=r"a ZIP bomb: its parts inflate [\d,]+ times .* \(RAG_MAX_ZIP_RATIO\)"):
+        converter.convert(bomb, "docx")
+    small_limit = DocumentConverter(limits=replace(LIMITS, unzipped_bytes=10_000))
+    with pytest.raises(ConversionError, match=r"too large unzipped: .* over the limit of 10,000 "
+                                              r"\(RAG_MAX_UNZIPPED_BYTES\)"):
+        small_limit.convert(DOCUMENTS / "word_sample.docx", "docx")
+    assert converter.convert(DOCUMENTS / "word_sample.docx", "docx").markdown  # a real document passes
+
+
+def test_pdf_pages_and_converted_characters_are_capped(tmp_path: Path) -> None:
+    from reportlab.pdfgen import canvas
+
+    pdf = canvas.Canvas(str(tmp_path / "long.pdf"))
+    for page in range(12):
+        pdf.drawString(72, 720, f"Page {page} of a long report.")
+        pdf.showPage()
+    pdf.save()
+    converter = DocumentConverter(limits=LIMITS)
+    with pytest.raises(ConversionError, match=r"too many pages: 12 over the limit of 10 \(RAG_MAX_PDF_PAGES\)"):
+        converter.convert(tmp_path / "long.pdf", "pdf")
+    converter = DocumentConverter(limits=replace(LIMITS, document_chars=5_000))
+    (tmp_path / "long.txt").write_text("A line of text that repeats.\n" * 200)
+    with pytest.raises(ConversionError, match=r"too large once converted: 5,800 characters exceed the limit of 5,000 "
+                                              r"per document \(RAG_MAX_DOCUMENT_CHARS\)"):
+        converter.convert(tmp_path / "long.txt", "txt")
+    with pytest.raises(ConversionError, match=r"too large once converted: [\d,]+ characters"):
+        converter.convert(DOCUMENTS / "wiki_duck.html", "html")  # docling's output is capped too
+
+
+def test_a_one_document_step_converts_in_a_worker_with_its_time_limit(tmp_path: Path) -> None:
+    """A small step (an upload in the API process) no longer converts in-process without a time limit."""
+    hangs = tmp_path / "hangs.html"
+    os.mkfifo(hangs)  # docling blocks reading a FIFO nobody writes to
+    settings = Settings(convert_workers=1, convert_timeout_s=3)
+    converter = DocumentConverter(limits=replace(LIMITS, html_depth=10**9))  # not even the scan returns
+    ((index, outcome),) = conversions(settings, converter, [(hangs, "html")])
+    assert index == 0 and outcome.error == "the conversion did not finish: its worker process was stopped after 3 s"

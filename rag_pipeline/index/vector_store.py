@@ -327,6 +327,10 @@ class VectorStore(ABC):
     def optimize(self) -> None:
         """Bring indexes up to date after a bulk load."""
 
+    def compact(self) -> None:
+        """Make deleted points' payloads leave the store's files (RAG_COMPACT_AFTER_PURGE). Nothing by default: a
+        Qdrant server vacuums deleted points by itself and keeps its write-ahead log to itself."""
+
     @abstractmethod
     def info(self) -> dict[str, Any]:
         """Collection facts for operators: points, segments, indexed vectors, payload indexes, index version."""

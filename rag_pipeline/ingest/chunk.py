@@ -12,9 +12,12 @@ from tokenizers import Tokenizer
 from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_tokenizer, special_token_count
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.ingest.chunkers import Chunk, chunk_document, context_line, contextual_text
+from rag_pipeline.ingest.redaction_rules import redact_path
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
+
+CHECK_BATCH = 256  # chunks tokenized at a time by the size check
 
 
 def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
@@ -29,7 +32,7 @@ def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> 
     rows = []
     for shard, sha in todo:
         begin = time.perf_counter()
-        name = document_name(known.get(sha), sha)
+        name = document_name(settings, known.get(sha), sha)
         pieces = chunk_document(
             sha, redacted.read_text(shard, sha, "md"),
             line_pages=markdown.read_json(shard, sha, "json")["line_pages"],
@@ -52,9 +55,9 @@ def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> 
     return report
 
 
-def document_name(row: dict | None, sha: str) -> str:
-    """The document's path relative to its root, for the embedded context line."""
-    return row["rel_path"] if row and row.get("rel_path") else describe(row, sha)
+def document_name(settings: Settings, row: dict | None, sha: str) -> str:
+    """The document's path relative to its root as the embedded context line shows it (secrets in it redacted)."""
+    return redact_path(settings, row["rel_path"] if row and row.get("rel_path") else describe(row, sha))
 
 
 def chunk_budget(settings: Settings) -> tuple[Tokenizer | None, int]:
@@ -76,10 +79,14 @@ def oversized_chunks(pieces: list[Chunk], name: str, tokenizer: Tokenizer | None
     context line may take at most half), else chunk_size + overlap characters of chunk text."""
     if tokenizer is None:
         return [chunk.chunk_index for chunk in pieces if len(chunk.text) > size + overlap]
-    encoded = tokenizer.encode_batch([contextual_text(name, chunk) for chunk in pieces], add_special_tokens=False)
-    return [chunk.chunk_index for chunk, encoding in zip(pieces, encoded)
-            if len(encoding.ids) > size and len(encoding.ids) - len(tokenizer.encode(
-                context_line(name, chunk.heading_path), add_special_tokens=False).ids) > size // 2]
+    oversized = []
+    for first in range(0, len(pieces), CHECK_BATCH):  # a slice of encodings at a time: bounded memory
+        batch = pieces[first:first + CHECK_BATCH]
+        encoded = tokenizer.encode_batch([contextual_text(name, chunk) for chunk in batch], add_special_tokens=False)
+        oversized += [chunk.chunk_index for chunk, encoding in zip(batch, encoded)
+                      if len(encoding.ids) > size and len(encoding.ids) - len(tokenizer.encode(
+                          context_line(name, chunk.heading_path), add_special_tokens=False).ids) > size // 2]
+    return oversized
 
 
 def read_chunks(settings: Settings, shard: str, sha: str) -> list[Chunk]:

@@ -1,6 +1,8 @@
-"""The markdown stage: convert every new raw document to Markdown (ingest/converters.py), the documents for docling
-in a pool of worker processes (ingest/worker_pool.py) when a step has enough of them to pay for it; text files,
-and small steps, convert in the ingest process. A document that fails records why and never stops the others.
+"""The markdown stage: convert every new raw document to Markdown (ingest/converters.py) within the conversion limits
+(ingest/limits.py). Every document for docling converts in a pool of worker processes (ingest/worker_pool.py), so
+that each conversion has a time limit (RAG_CONVERT_TIMEOUT_S) in whatever process the ingest runs (the CLI, the
+API, a Dagster run); text files convert in the ingest process, bounded by their size. A document that fails
+records why and never stops the others. The title reaches the sidecar through the redacted stage only.
 """
 
 from __future__ import annotations
@@ -15,26 +17,18 @@ from pathlib import Path
 from tqdm import tqdm
 
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
-from rag_pipeline.ingest.converters import (
-    ConversionError,
-    ConvertedDocument,
-    DocumentConverter,
-    PdfPipeline,
-    first_heading,
-)
+from rag_pipeline.ingest.converters import ConversionError, ConvertedDocument, DocumentConverter, PdfPipeline
 from rag_pipeline.ingest.formats import format_of
+from rag_pipeline.ingest.limits import ConversionLimits
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
-# A step converts in a worker pool from this many documents for docling. The pool's forkserver imports docling
-# once per process (~2.7 s of a core, as this process would) and each step's workers build docling's pipelines
-# again: ~0.3-0.5 s a step. Measured on 2 idle cores (bench/bench_convert.py --workers N, the documents dataset,
-# ~0.1 s of a core per document): 12 documents lose (1.8 s vs 1.3 s), 48 gain (2.5 s vs 4.3 s).
-POOL_MIN_DOCUMENTS = 24
 # Imported once by the workers' forkserver; "__main__" so that each worker does not run the main script again
-# (the `rag-pipeline` or `dagster` console script: a guarded import).
+# (the `rag-pipeline` or `dagster` console script: a guarded import). The forkserver imports docling (~2.5 s of a
+# core) once per process, as this process would have; each step's workers build docling's pipelines again
+# (~0.3-0.5 s a step, measured with bench/bench_convert.py).
 PRELOAD = ["__main__", "rag_pipeline.ingest.convert", "docling.document_converter"]
 
 
@@ -57,9 +51,10 @@ def convert_outcome(converter: DocumentConverter, path: Path, doc_type: str) -> 
     return Outcome(converted, convert_ms=(time.perf_counter() - begin) * 1000)
 
 
-def worker_handler(pdf_pipeline: PdfPipeline) -> Callable[[tuple[Path, str]], Outcome]:
+def worker_handler(pdf_pipeline: PdfPipeline, limits: ConversionLimits | None = None
+                   ) -> Callable[[tuple[Path, str]], Outcome]:
     """A conversion worker's handler: one converter for the worker's life, (path, doc_type) in, Outcome out."""
-    converter = DocumentConverter(pdf_pipeline)
+    converter = DocumentConverter(pdf_pipeline, limits)
     return lambda job: convert_outcome(converter, *job)
 
 
@@ -71,17 +66,17 @@ def usable_cores() -> int:
 def conversions(settings: Settings, converter: DocumentConverter,
                 jobs: Sequence[tuple[Path, str]]) -> Iterator[tuple[int, Outcome]]:
     """(index of the job, its outcome) for every (path, doc_type) job, in the order they finish: the documents for
-    docling in a worker pool when there are at least POOL_MIN_DOCUMENTS of them and more than one worker, the
-    rest in this process (while the workers start)."""
+    docling in a pool of RAG_CONVERT_WORKERS worker processes (at most one per document), each stopped after
+    RAG_CONVERT_TIMEOUT_S; text files in this process (while the workers start)."""
     pooled = [index for index, (_, doc_type) in enumerate(jobs) if format_of(doc_type).converter != "text"]
-    workers = min(settings.convert_workers or usable_cores(), len(pooled))
-    if workers < 2 or len(pooled) < POOL_MIN_DOCUMENTS:
-        yield from ((index, convert_outcome(converter, *job)) for index, job in enumerate(jobs))
+    texts = (index for index, (_, doc_type) in enumerate(jobs) if format_of(doc_type).converter == "text")
+    if not pooled:
+        yield from ((index, convert_outcome(converter, *jobs[index])) for index in texts)
         return
-    make_handler = functools.partial(worker_handler, converter.pdf_pipeline)
+    workers = min(settings.convert_workers or usable_cores(), len(pooled))
+    make_handler = functools.partial(worker_handler, converter.pdf_pipeline, converter.limits)
     with WorkerPool(workers, make_handler, settings.convert_timeout_s, preload=PRELOAD) as pool:
-        yield from ((index, convert_outcome(converter, *job)) for index, job in enumerate(jobs)
-                    if format_of(job[1]).converter == "text")
+        yield from ((index, convert_outcome(converter, *jobs[index])) for index in texts)
         for position, result in pool.run([jobs[index] for index in pooled]):
             if isinstance(result, Lost):
                 result = Outcome(None, f"the conversion did not finish: {result.reason}")
@@ -122,8 +117,8 @@ def sync_markdown(
         markdown.write_text(shard, sha, "md", converted.markdown)
         report.added.append(sha)
         rows.append({"sha": sha, "stage": "markdown", "converter": converted.converter,
-                     "pages": converted.page_count, "chars": len(converted.markdown), "title": converted.title,
-                     "first_heading": first_heading(converted.markdown), "convert_ms": outcome.convert_ms})
+                     "pages": converted.page_count, "chars": len(converted.markdown),
+                     "convert_ms": outcome.convert_ms})
     sidecar.upsert(rows)
     report.check_failures = unconverted(raw, markdown, report.shards)
     report.seconds = time.perf_counter() - started

@@ -20,8 +20,10 @@ import pypdfium2
 from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.fields.values import DocumentFields
 from rag_pipeline.ingest.formats import format_of, stated_fields
+from rag_pipeline.ingest.limits import ConversionLimits
 from rag_pipeline.ingest.pdf_layout import pages_to_markdown
 from rag_pipeline.ingest.stated_fields import front_matter_fields, split_front_matter
+from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:  # docling takes seconds to import: it is imported when the first converter is built
     from docling.datamodel.document import ConversionResult
@@ -56,12 +58,14 @@ class ConversionError(InputError):
 
 
 class DocumentConverter:
-    """Converts documents to Markdown, reusing one docling converter for every file."""
+    """Converts documents to Markdown, reusing one docling converter for every file, within the conversion limits
+    (ingest/limits.py; default: the settings' defaults)."""
 
-    def __init__(self, pdf_pipeline: PdfPipeline = "native") -> None:
+    def __init__(self, pdf_pipeline: PdfPipeline = "native", limits: ConversionLimits | None = None) -> None:
         if pdf_pipeline not in ("native", "layout_model"):
             raise ConfigError(f"unknown PDF pipeline {pdf_pipeline!r}: use 'native' or 'layout_model'")
         self.pdf_pipeline = pdf_pipeline
+        self.limits = limits or ConversionLimits.of(Settings.model_construct())
         self._docling_converter: DoclingConverter | None = None
 
     @property
@@ -72,11 +76,18 @@ class DocumentConverter:
         return self._docling_converter
 
     def convert(self, path: Path, doc_type: str) -> ConvertedDocument:
-        """Convert one file of a type of ingest/formats.py's table, with the properties it states as its fields."""
+        """Convert one file of a type of ingest/formats.py's table, with the properties it states as its fields;
+        ConversionError when the file or its text is over the conversion limits."""
         fmt = format_of(doc_type)
         if fmt.converter == "text":
-            return _convert_text(path, doc_type)
+            return _convert_text(path, doc_type, self.limits)
+        reason = fmt.exceeds(path, self.limits) if fmt.exceeds is not None else None
+        if reason is not None:
+            raise ConversionError(reason)
         converted = self._convert_pdf(path) if fmt.converter == "pdf" else self._convert_with_docling(path, doc_type)
+        reason = self.limits.text_refusal(len(converted.markdown))
+        if reason is not None:
+            raise ConversionError(reason)
         return replace(converted, fields=stated_fields(fmt, path))
 
     def _convert_with_docling(self, path: Path, doc_type: str) -> ConvertedDocument:
@@ -191,9 +202,12 @@ def _pypdfium2_fallback(path: Path, docling_reason: str) -> ConvertedDocument:
     return _finish(lines, pages, page_count, "pypdfium2-fallback")
 
 
-def _convert_text(path: Path, doc_type: str) -> ConvertedDocument:
+def _convert_text(path: Path, doc_type: str, limits: ConversionLimits) -> ConvertedDocument:
     """A text or Markdown file as it is; a Markdown file's front matter becomes its fields, not its text."""
     text = _decode_text(path.read_bytes())
+    reason = limits.text_refusal(len(text))
+    if reason is not None:
+        raise ConversionError(reason)
     fields = DocumentFields()
     if doc_type == "md":
         block, text = split_front_matter(text)

@@ -35,11 +35,17 @@ def sync_embeddings(
     texts: list[str] = []
 
     def embed_batch() -> None:
-        """Embed the pending texts and write the vectors of every document they complete."""
-        vectors, stats = embed_texts(embedder, texts, cache)
-        report.figures.vectors_computed += stats.computed
-        report.figures.vectors_cached += stats.cached
-        report.figures.embed_seconds += stats.seconds
+        """Embed the pending texts, EMBED_SLICE at a time (a long document's too), and write the vectors of every
+        document they complete."""
+        parts = []
+        for first in range(0, len(texts), EMBED_SLICE):
+            part, stats = embed_texts(embedder, texts[first:first + EMBED_SLICE], cache)
+            parts.append(part)
+            report.figures.vectors_computed += stats.computed
+            report.figures.vectors_cached += stats.cached
+            report.figures.embed_seconds += stats.seconds
+            bar.update(len(part))
+        vectors = np.concatenate(parts) if parts else np.empty((0, embedder.dimension), dtype=np.float32)
         offset = 0
         for shard, sha, count in batch:
             buffer = io.BytesIO()
@@ -47,7 +53,6 @@ def sync_embeddings(
             vectors_store.write_bytes(shard, sha, "npy", buffer.getvalue())
             report.added.append(sha)
             offset += count
-        bar.update(len(texts))
         batch.clear()
         texts.clear()
 
@@ -55,7 +60,7 @@ def sync_embeddings(
     with tqdm(total=expected, desc="embed", unit="chunk", disable=not progress or not todo) as bar:
         for shard, sha in todo:
             pieces = read_chunks(settings, shard, sha)
-            name = document_name(known.get(sha), sha)
+            name = document_name(settings, known.get(sha), sha)
             texts.extend(contextual_text(name, chunk) for chunk in pieces)
             batch.append((shard, sha, len(pieces)))
             report.chunks += len(pieces)

@@ -14,10 +14,18 @@ from pathlib import Path
 from typing import Literal
 
 from rag_pipeline.fields.values import DocumentFields
+from rag_pipeline.ingest.limits import ConversionLimits, html_depth_refusal, pdf_pages_refusal, zip_bomb_refusal
 from rag_pipeline.ingest.stated_fields import html_fields, office_fields, pdf_fields
 
 SNIFF_BYTES = 64 * 1024  # what the sniffers read of a file
-PDF_HEADER_WINDOW = 1024  # readers accept %PDF- anywhere in the first 1024 bytes
+HTML_TAG_WINDOW = 1024  # how far into a file an <html> tag makes it a page
+# The first bytes of executables (Mach-O in both byte orders and as a universal binary). Readers accept %PDF- anywhere
+# in a PDF's first 1024 bytes, which lets a file be an executable and a PDF at once: a PDF must start with its
+# header, and no upload may start as an executable (text formats refuse them anyway: their headers hold NUL bytes).
+# A script with a shebang is text, and is read as text.
+EXECUTABLE_MAGIC = {b"\x7fELF": "ELF", b"\xfe\xed\xfa\xce": "Mach-O", b"\xfe\xed\xfa\xcf": "Mach-O",
+                    b"\xce\xfa\xed\xfe": "Mach-O", b"\xcf\xfa\xed\xfe": "Mach-O", b"\xca\xfe\xba\xbe": "Mach-O universal",
+                    b"\x00asm": "WebAssembly"}
 
 
 @dataclass(frozen=True)
@@ -66,9 +74,20 @@ def text_refusal(head: Head, *, require_utf8: bool = True) -> str | None:
     return None
 
 
+def executable_refusal(head: Head) -> str | None:
+    """Why the bytes are no document: they start as an executable (ELF, Windows PE, Mach-O, ...)."""
+    kind = next((name for magic, name in EXECUTABLE_MAGIC.items() if head.data.startswith(magic)), None)
+    if kind is None and head.data.startswith(b"MZ") and len(head.data) >= 64:
+        offset = int.from_bytes(head.data[60:64], "little")  # a DOS header points to the PE header
+        kind = "Windows PE" if head.data[offset:offset + 4] == b"PE\x00\x00" else None
+    return f"an executable ({kind}), not a document" if kind else None
+
+
 def pdf_refusal(head: Head) -> str | None:
-    if b"%PDF-" not in head.data[:PDF_HEADER_WINDOW]:
-        return f"not a PDF: no %PDF- header in the first {PDF_HEADER_WINDOW} bytes"
+    if (executable := executable_refusal(head)) is not None:  # it may carry %PDF- further in
+        return executable
+    if not head.data.lstrip().startswith(b"%PDF-"):
+        return "not a PDF: no %PDF- header at its start"
     return None
 
 
@@ -94,7 +113,7 @@ def uploaded_text(head: Head) -> bool:
 def looks_like_html(head: Head) -> bool:
     """Text that starts as an HTML document or holds an <html> tag early on."""
     start = head.data.decode("utf-8-sig", errors="replace").lstrip().lower()
-    return start.startswith(("<!doctype html", "<html")) or b"<html" in head.data[:PDF_HEADER_WINDOW].lower()
+    return start.startswith(("<!doctype html", "<html")) or b"<html" in head.data[:HTML_TAG_WINDOW].lower()
 
 
 def named(*suffixes: str) -> Callable[[str], bool]:
@@ -111,6 +130,7 @@ class Format:
     through docling, in conversion workers for large steps).
     read_fields: the document properties it states (title, author, ...), besides any its converter finds.
     words: how people name such documents in questions ("slides", "word"), for the planner.
+    exceeds: why a file of this format is over the conversion limits (ingest/limits.py), checked before converting.
     """
 
     doc_type: str
@@ -121,21 +141,22 @@ class Format:
     is_text: bool = False  # its bytes are text (the manifest previews what redaction would change)
     read_fields: Callable[[Path], DocumentFields] | None = None
     words: tuple[str, ...] = ()
+    exceeds: Callable[[Path, ConversionLimits], str | None] | None = None
 
 
 FORMATS: tuple[Format, ...] = (
     Format("pdf", ("pdf",), pdf_refusal, lambda head, _: pdf_refusal(head) is None, "pdf",
-           read_fields=pdf_fields, words=("pdf", "pdfs")),
+           read_fields=pdf_fields, words=("pdf", "pdfs"), exceeds=pdf_pages_refusal),
     Format("docx", ("docx",), office_refusal("docx", "word/"),
            lambda head, _: office_refusal("docx", "word/")(head) is None, "docling",
-           read_fields=lambda path: office_fields(path, "docx"), words=("docx", "word")),
+           read_fields=lambda path: office_fields(path, "docx"), words=("docx", "word"), exceeds=zip_bomb_refusal),
     Format("pptx", ("pptx",), office_refusal("pptx", "ppt/"),
            lambda head, _: office_refusal("pptx", "ppt/")(head) is None, "docling",
            read_fields=lambda path: office_fields(path, "pptx"),
-           words=("pptx", "powerpoint", "slide decks", "slides", "presentations")),
+           words=("pptx", "powerpoint", "slide decks", "slides", "presentations"), exceeds=zip_bomb_refusal),
     Format("html", ("html", "htm"), lambda head: text_refusal(head, require_utf8=False),
            lambda head, _: uploaded_text(head) and looks_like_html(head), "docling", is_text=True,
-           read_fields=html_fields, words=("html", "web pages")),
+           read_fields=html_fields, words=("html", "web pages"), exceeds=html_depth_refusal),
     Format("md", ("md", "markdown"), text_refusal,
            lambda head, name: uploaded_text(head) and named(".md", ".markdown")(name), "text", is_text=True,
            words=("markdown", "md")),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rag_pipeline.index.vector_store import IndexedDocument, VectorStore
 from rag_pipeline.ingest.discover import Manifest
 from rag_pipeline.ingest.stage import label_changes, stored_sources, stored_tags, stores
+from rag_pipeline.ingest.vector_index import shown_paths
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
@@ -21,6 +22,7 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
         wanted = {sha for sha in documents if settings.shard_of(sha) == shard}
         stored = {sha for sha, row in known.items() if row["shard"] == shard}
         converted = wanted - all_stores["markdown"].shas(shard, "error.json")
+        released = converted - all_stores["redacted"].shas(shard, "error.json")  # not withheld for a secret
         relabelled = any(any(label_changes(known[sha], documents[sha])) for sha in wanted & stored)
         unfinished = any(known[sha]["status"] == "pending" for sha in wanted & stored)
         in_sync = (
@@ -29,9 +31,11 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
             and not unfinished
             and all_stores["raw"].shas(shard) == wanted
             and all_stores["markdown"].shas(shard) == wanted
-            and all(all_stores[stage].shas(shard) == converted for stage in ("redacted", "chunks", "embeddings"))
-            and catalogued.get(shard, set()) == converted
-            and index_matches(store.shard_state(shard), {sha: known[sha] for sha in converted & stored})
+            and all_stores["redacted"].shas(shard) == converted
+            and all(all_stores[stage].shas(shard) == released for stage in ("chunks", "embeddings"))
+            and catalogued.get(shard, set()) == released
+            and index_matches(store.shard_state(shard), {sha: {**known[sha], "paths": shown_paths(
+                settings, known[sha]["paths"])} for sha in released & stored})
         )
         if not in_sync:
             pending.append(shard)
@@ -39,8 +43,8 @@ def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, sto
 
 
 def index_matches(state: dict[str, IndexedDocument], rows: dict[str, dict]) -> bool:
-    """True when the index holds exactly each document's chunk count, under its current paths, tags and sources
-    (a cheap test: the vector_index stage and its check compare chunk ids and text hashes)."""
+    """True when the index holds exactly each document's chunk count, under its current (shown) paths, tags and
+    sources (a cheap test: the vector_index stage and its check compare chunk ids and text hashes)."""
     expected = {sha: (row["chunks"], sorted(row["paths"]), stored_tags(row), stored_sources(row))
                 for sha, row in rows.items() if row["chunks"]}
     return {sha: (held.points, sorted(held.paths), sorted(held.tags), sorted(held.sources))

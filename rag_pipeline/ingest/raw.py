@@ -53,7 +53,7 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
         recorded = {sha for sha, row in known.items() if row["shard"] == shard}  # a kill may leave a row only
         vanished = sorted((held | recorded) - wanted)
         if vanished:
-            report.figures.points_deleted += purge_points(live, vanished)
+            report.figures.points_deleted += purge_points(live, vanished, compact=settings.compact_after_purge)
         for sha in vanished:
             store.delete(shard, sha)
             report.purged.append(sha)
@@ -64,14 +64,17 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
     return report
 
 
-def purge_points(live: Sequence[VectorStore], shas: list[str]) -> int:
-    """Delete the documents' points from every live store; how many points that deleted."""
+def purge_points(live: Sequence[VectorStore], shas: list[str], *, compact: bool = False) -> int:
+    """Delete the documents' points from every live store, and with `compact` rewrite each store that held some
+    so that their text leaves its files (RAG_COMPACT_AFTER_PURGE); how many points that deleted."""
     deleted = 0
     for store in live:
         held = store.count(sha=shas)
         if held:
             store.delete_shas(shas)
             store.mark_changed()
+            if compact:
+                store.compact()
         deleted += held
     return deleted
 

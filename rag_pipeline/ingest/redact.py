@@ -1,10 +1,11 @@
 """The redacted stage: every converted document's text, title and stated fields pass through the redaction rules
-(ingest/redaction_rules.py) before anything is chunked; an independent detector (ingest/secret_check.py) checks
-what comes out, and a document it still flags gets no redacted output (a check failure)."""
+(ingest/redaction_rules.py) before anything is chunked, each field's value with its name as context. An independent
+detector (ingest/secret_check.py) reads what comes out; a document in which it still finds a secret fails alone:
+it gets no redacted output, its status is `failed` with where the secret is and its kind (never the secret), and
+the other documents go on."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 
@@ -16,41 +17,95 @@ from rag_pipeline.fields.registry import (
     declared_values,
     field_rows,
 )
-from rag_pipeline.fields.values import DocumentFields, FieldValue
+from rag_pipeline.fields.values import DocumentFields, FieldValue, scalar_text
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
-from rag_pipeline.ingest.redaction_rules import redact_with
+from rag_pipeline.ingest.converters import first_heading
+from rag_pipeline.ingest.redaction_rules import redact_value, redact_with
 from rag_pipeline.ingest.secret_check import find_leaks
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
+NAME_HELD_A_SECRET = "a field whose name holds a secret was dropped"
+
+
+def value_texts(value: FieldValue) -> list[str]:
+    """A field value as the texts the rules and the detector read: a list's items, any other value as text."""
+    return list(value.value) if value.kind == "list" else [scalar_text(value.value)]
+
+
+def redact_field(settings: Settings, name: str, value: FieldValue) -> FieldValue | None:
+    """A field value redacted with its name as context (`db_password: X` loses X as `password: X` in a body does);
+    a number or date that a rule changes becomes the redacted text. None when the name itself holds a secret."""
+    cleaned = [redact_value(settings, name, text) for text in value_texts(value)]
+    if any(text is None for text in cleaned):
+        return None
+    if value.kind == "list":
+        return FieldValue("list", cleaned, value.origin)
+    if value.kind == "string" or cleaned != value_texts(value):
+        return FieldValue("string", cleaned[0], value.origin)
+    return value
+
 
 def stated_fields(extracted: dict | None, titles: dict[str, str], specs: Mapping[str, FieldSpec],
                   settings: Settings) -> DocumentFields:
-    """A document's stated fields, redacted like its text (field names are not), with the declared types applied;
-    `title` falls back to the (redacted) first heading."""
+    """A document's stated fields, redacted like its text (each value with its field's name as context; a field
+    whose name holds a secret is dropped), with the declared types applied; `title` falls back to the (redacted)
+    first heading."""
     fields = DocumentFields.from_json(extracted)
-
-    def clean(text: str) -> str:
-        return redact_with(settings, text).text
-
     for name, value in list(fields.values.items()):
-        if value.kind == "list":
-            fields.values[name] = FieldValue("list", [clean(item) for item in value.value], value.origin)
-        elif value.kind == "string":
-            fields.values[name] = FieldValue("string", clean(value.value), value.origin)
+        cleaned = redact_field(settings, name, value)
+        if cleaned is None:
+            del fields.values[name]
+            fields.errors.append(NAME_HELD_A_SECRET)
+        else:
+            fields.values[name] = cleaned
     heading = titles.get("first_heading") or titles.get("title")
     if "title" not in fields.values and heading:
         fields.values["title"] = FieldValue("string", heading, "heading")
     return declared_values(fields, specs)
 
 
-def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
-    """Redact secrets and PII from every new Markdown document; counts per kind go to <sha>.json.
+def surviving_secrets(text: str, named: Mapping[str, FieldValue | str]) -> list[str]:
+    """Where the independent detector still finds a secret: "<kind> on line <n>" of the text and "<kind> in field
+    <name>" of the named values (fields, titles), each read as "name: value" so that the name is context. Never
+    the secret itself."""
+    found = {f"{leak.kind} on line {leak.line}" for leak in find_leaks(text)}
+    for name, value in named.items():
+        for item in value_texts(value) if isinstance(value, FieldValue) else [value]:
+            for leak in find_leaks(f"{name}: {item}"):
+                found.add(f"{leak.kind} in {'a field name' if leak.text in name else f'field {name}'}")
+    return sorted(found)
 
-    A document in which the independent checker (secret_check) still finds a secret is a check failure and gets
-    no redacted output, so it blocks its shard on every run until the rules catch the secret. Without
-    keep_unredacted, the raw and Markdown artifacts of every redacted (or unconvertible) document are dropped.
+
+def withheld(where: list[str]) -> str:
+    """The error of a document withheld because a secret survived its redaction."""
+    return (f"a secret survived redaction ({', '.join(where)}): the document is withheld, nothing of it is chunked "
+            "or indexed; remove the secret from the file (or extend the redaction rules) and ingest again")
+
+
+def released_secrets(redacted: ArtifactStore, released: Iterable[tuple[str, str]],
+                     paths: Mapping[str, str]) -> list[str]:
+    """The blocking check `no_secret_survives`: the independent detector over what the stage released downstream,
+    read back from the artifacts (each document's redacted text and fields). A document the detector flags is
+    withheld before release, so this fails only if something went out without passing it."""
+    failures = []
+    for shard, sha in released:
+        fields = DocumentFields.from_json(redacted.read_json(shard, sha, "json")["fields"])
+        where = surviving_secrets(redacted.read_text(shard, sha, "md"), fields.values)
+        if where:
+            failures.append(f"{paths.get(sha, sha)}: released with a secret ({', '.join(where)})")
+    return failures
+
+
+def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
+    """Redact secrets and PII from every new Markdown document and its title and fields; counts per kind go to
+    <sha>.json.
+
+    A document in which the independent detector (secret_check) still finds a secret fails alone: no redacted
+    output, <sha>.error.json and status `failed` naming where the secret is and its kind; it is not retried (its
+    bytes must change). Without keep_unredacted, the raw and Markdown artifacts of every redacted, withheld or
+    unconvertible document are dropped.
     """
     started = time.perf_counter()
     report = StageReport("redacted", sorted(shards))
@@ -59,12 +114,16 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
     def converted(shard: str) -> set[str]:
         return markdown.shas(shard, "md") | markdown.shas(shard, DROPPED)
 
-    todo = reconcile(report, converted, lambda shard: redacted.shas(shard, "md"), redacted)  # .md is written last
+    def done(shard: str) -> set[str]:  # .md is written last
+        return redacted.shas(shard, "md") | redacted.shas(shard, "error.json")
+
+    todo = reconcile(report, converted, done, redacted)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
     specs = declared_fields(settings)
     rows = []
     field_rows_by_sha: dict[str, list[dict]] = {}
     field_errors: list[dict] = []
+    released: list[tuple[str, str]] = []
     for shard, sha in todo:
         path = describe(known.get(sha), sha)
         if not markdown.exists(shard, sha, "md"):
@@ -72,29 +131,36 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
                                   "delete its raw and markdown artifacts to convert the source again")
             continue
         begin = time.perf_counter()
-        result = redact_with(settings, markdown.read_text(shard, sha, "md"))
+        text = markdown.read_text(shard, sha, "md")
+        result = redact_with(settings, text)
         elapsed_ms = (time.perf_counter() - begin) * 1000
-        row = known.get(sha) or {}
-        titles = {key: redact_with(settings, row[key]).text for key in ("title", "first_heading") if row.get(key)}
-        fields = stated_fields(markdown.read_json(shard, sha, "json").get("fields"), titles, specs, settings)
-        field_text = "\n".join(json.dumps(value.value) for value in fields.values.values())
-        leaks = find_leaks(result.text) + find_leaks(field_text)
-        if leaks:
-            report.check_failures.append(
-                f"{path}: {len(leaks)} secret(s) survived redaction "
-                f"({', '.join(sorted({f'{leak.kind} on line {leak.line}' for leak in leaks}))})")
-            rows.append({"sha": sha, **titles})
+        converted_json = markdown.read_json(shard, sha, "json")
+        titles = {key: cleaned for key, found in (("title", converted_json.get("title")),
+                                                  ("first_heading", first_heading(text)))
+                  if found and (cleaned := redact_value(settings, key, found))}
+        fields = stated_fields(converted_json.get("fields"), titles, specs, settings)
+        where = surviving_secrets(result.text, {**titles, **fields.values})
+        if where:
+            error = withheld(where)
+            redacted.write_json(shard, sha, "error.json", {"path": path, "error": error})
+            report.failed[sha] = f"{path}: {error}"
+            rows.append({"sha": sha, "status": "failed", "stage": "redacted", "error": error, "title": None,
+                         "first_heading": None})
             continue
         redacted.write_json(shard, sha, "json", {"counts": result.counts, "fields": fields.to_json()})
         redacted.write_text(shard, sha, "md", result.text)
         report.added.append(sha)
+        released.append((shard, sha))
         field_rows_by_sha[sha] = field_rows(sha, fields.values)
         field_errors += [{"sha": sha, "origin": EXTRACT_ERRORS, "error": error} for error in fields.errors]
         rows.append({"sha": sha, "stage": "redacted", "redactions": sum(result.counts.values()),
-                     "redact_ms": elapsed_ms, **titles})
+                     "redact_ms": elapsed_ms, "title": titles.get("title"),
+                     "first_heading": titles.get("first_heading")})
     sidecar.upsert(rows)
     sidecar.replace_fields([row for rows_of in field_rows_by_sha.values() for row in rows_of], list(field_rows_by_sha),
                            origins=EXTRACTED_ORIGINS, errors=field_errors)
+    report.check_failures = released_secrets(redacted, released,
+                                             {sha: describe(known.get(sha), sha) for _, sha in released})
     if not settings.keep_unredacted:
         drop_unredacted(raw, markdown, redacted, report.shards)
     report.seconds = time.perf_counter() - started
@@ -103,8 +169,8 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
 
 def drop_unredacted(raw: ArtifactStore, markdown: ArtifactStore, redacted: ArtifactStore,
                     shards: list[str]) -> None:
-    """Drop the raw bytes and Markdown of every redacted or unconvertible document of the shards. Kept: the
-    Markdown's page map (<sha>.json, its title dropped) and recorded conversion failures (<sha>.error.json)."""
+    """Drop the raw bytes and Markdown of every redacted, withheld or unconvertible document of the shards. Kept:
+    the Markdown's page map (<sha>.json, its title dropped) and recorded conversion failures (<sha>.error.json)."""
     for shard in shards:
         done = redacted.shas(shard) | markdown.shas(shard, "error.json")
         for sha in sorted(done - raw.shas(shard, DROPPED)):

@@ -40,6 +40,7 @@ Calibration decisions:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -402,3 +403,28 @@ def redact_with(settings: Settings, text: str) -> RedactionResult:
     return redact(text, pii_policy=settings.pii_policy, role_email_prefixes=settings.role_email_prefixes)
 
 
+def redact_value(settings: Settings, key: str, text: str) -> str | None:
+    """`text` redacted as the value of `key`: "key: text" goes through the rules, so the key is context as
+    `password: X` is in a body (`db_password: X` redacts X), and the value's redaction is returned. None when a
+    rule took part of the key itself (a key holding a secret)."""
+    prefix = f"{key}: "
+    redacted = redact_with(settings, prefix + text).text
+    return redacted[len(prefix):] if redacted.startswith(prefix) else None
+
+
+
+
+def redact_path(settings: Settings, path: str) -> str:
+    """A file path as it is embedded and shown: secrets (and personal data, under the PII policy) redacted in each
+    folder name and in the file name, its extension kept (`api_key=ghp_....md` shows as
+    `api_key=[REDACTED:github_token].md`). The real path stays where the system finds the file by it."""
+    return _redacted_path(path, settings.pii_policy, tuple(settings.role_email_prefixes))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _redacted_path(path: str, pii_policy: Literal["redact", "keep"], roles: tuple[str, ...]) -> str:
+    folder, slash, name = path.rpartition("/")
+    stem, dot, extension = name.rpartition(".") if "." in name.lstrip(".") else (name, "", "")
+    parts = [*folder.split("/"), stem] if slash else [stem]
+    cleaned = [redact(part, pii_policy=pii_policy, role_email_prefixes=roles).text if part else part for part in parts]
+    return "/".join(cleaned) + dot + extension

@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from rag_pipeline.errors import Conflict, InputError, NotFound
-from rag_pipeline.ingest.formats import Head, enabled_extensions, format_of_path, recognise, text_refusal
+from rag_pipeline.ingest.formats import (
+    Head,
+    enabled_extensions,
+    executable_refusal,
+    format_of_path,
+    recognise,
+    text_refusal,
+)
 from rag_pipeline.ingest.sources import SourceSpec, check_source_name, configured_sources, upload_root
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
@@ -68,6 +75,9 @@ def sniff_upload(data: bytes, filename: str) -> str:
     if not data:
         raise RefusedUpload(f"{filename!r} is empty", code="empty_file")
     head = Head.read(data=data)
+    executable = executable_refusal(head)
+    if executable is not None:
+        raise RefusedUpload(f"{filename!r} is {executable}")
     fmt = recognise(head, filename)
     if fmt is not None:
         return fmt.doc_type

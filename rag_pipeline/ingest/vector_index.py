@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
 from rag_pipeline.fields.registry import filterable_fields
@@ -26,25 +26,35 @@ from rag_pipeline.index.vector_store import (
 from rag_pipeline.ingest.chunk import document_name, read_chunks
 from rag_pipeline.ingest.chunkers import Chunk, contextual_text
 from rag_pipeline.ingest.embeddings import read_vectors
+from rag_pipeline.ingest.redaction_rules import redact_path
 from rag_pipeline.ingest.stage import StageFigures, StageReport, describe, stored_sources, stored_tags, stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
 UPSERT_BATCH = 1024
-FIELD_LABELS = "field_labels"  # the key labelled_rows adds to a sidecar row
+FIELD_LABELS = "field_labels"  # the keys labelled_rows adds to a sidecar row: the filterable fields' labels,
+SHOWN_PATHS = "shown_paths"  # and the paths as the points show them (secrets in them redacted)
 MAX_REPORTED = 50  # check violations listed per run
 
 
 def row_labels(row: dict) -> tuple[list[str], list[str], list[str], list[str]]:
     """A sidecar row's (paths, tags, sources, field labels) as the points carry them (rows from `labelled_rows`)."""
-    return list(row["paths"]), stored_tags(row), stored_sources(row), list(row.get(FIELD_LABELS) or [])
+    return list(row[SHOWN_PATHS]), stored_tags(row), stored_sources(row), list(row.get(FIELD_LABELS) or [])
+
+
+def shown_paths(settings: Settings, paths: list[str]) -> list[str]:
+    """A document's paths as its points carry them (payload `path`, `paths`: what search results and citations
+    show): secrets in them redacted. The sidecar keeps the real paths, by which the files are found."""
+    return [redact_path(settings, path) for path in paths]
 
 
 def labelled_rows(settings: Settings, sidecar: Sidecar, shas: list[str]) -> dict[str, dict]:
-    """The sidecar rows of these documents, each with the "name=value" labels of its filterable fields."""
+    """The sidecar rows of these documents, each with the "name=value" labels of its filterable fields and its
+    shown paths."""
     rows = sidecar.documents_by_sha(shas)
     labels = sidecar.field_labels(list(rows), filterable_fields(settings))
-    return {sha: {**row, FIELD_LABELS: labels.get(sha, [])} for sha, row in rows.items()}
+    return {sha: {**row, FIELD_LABELS: labels.get(sha, []), SHOWN_PATHS: shown_paths(settings, row["paths"])}
+            for sha, row in rows.items()}
 
 
 def points_label_changes(held: IndexedDocument, row: dict) -> tuple[bool, bool]:
@@ -55,10 +65,11 @@ def points_label_changes(held: IndexedDocument, row: dict) -> tuple[bool, bool]:
 
 
 def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: list[Chunk],
-                 ingested_at: str) -> list[IndexPoint]:
+                 ingested_at: str) -> Iterator[IndexPoint]:
+    """A document's points, one at a time (a point's vector as a list of floats takes ~10 KB)."""
     vectors = read_vectors(settings, shard, sha)
-    name = document_name(row, sha)
-    return [
+    name = document_name(settings, row, sha)
+    return (
         IndexPoint(
             id=chunk.chunk_id,
             dense=vector.tolist(),
@@ -71,7 +82,7 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: li
             },
         )
         for chunk, vector in zip(pieces, vectors, strict=True)
-    ]
+    )
 
 
 def expected_chunks(settings: Settings, shard: str, documents: Iterable[str]) -> dict[str, dict[str, str]]:
@@ -123,7 +134,11 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
                 if have:  # partly written or chunked differently: rewrite the document's points
                     store.delete_shas([sha])
                     deleted += len(have)
-                pending += build_points(settings, shard, sha, row, read_chunks(settings, shard, sha), ingested_at)
+                for point in build_points(settings, shard, sha, row, read_chunks(settings, shard, sha), ingested_at):
+                    pending.append(point)
+                    if len(pending) >= UPSERT_BATCH:
+                        store.upsert(pending)
+                        upserted, pending = upserted + len(pending), []
                 report.added.append(sha)
             elif have and (moved or retagged):
                 store.relabel(sha, *row_labels(row))
@@ -131,9 +146,6 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
                 report.retagged += [sha] if retagged else []
             else:
                 report.skipped += 1
-            if len(pending) >= UPSERT_BATCH:
-                store.upsert(pending)
-                upserted, pending = upserted + len(pending), []
         for other in also_relabel:
             if relabel_to_match(other, shard, rows):
                 other.mark_changed()
@@ -143,9 +155,13 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     if upserted or deleted or report.moved or report.retagged:
         store.mark_changed()
     optimize_seconds = 0.0
-    if upserted:
+    compact = bool(report.purged) and settings.compact_after_purge  # points of vanished documents were deleted
+    if upserted or compact:
         begin = time.perf_counter()
-        store.optimize()
+        if compact:
+            store.compact()  # optimizes the rewritten shard too
+        else:
+            store.optimize()
         optimize_seconds = time.perf_counter() - begin
     report.check_failures = chunk_mismatches(store, expected_by_shard, sidecar)
     report.chunks = upserted

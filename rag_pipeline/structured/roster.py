@@ -12,7 +12,8 @@ so a query always sees the current roster). Reconciliation compares, per joined 
 the document's own claim with the roster: MATCH, MISMATCH, NOT_STATED (the document is silent; the roster supplies
 the value), MISSING_IN_ROSTER (the document's key is not in the roster), ROSTER_ONLY (a roster row no document
 has) and AMBIGUOUS_KEY (the document's key field holds several values: it joins no row). A roster column named like
-a built-in field (name, type, path, ...) is the field roster_<column>.
+a built-in field (name, type, path, ...) is the field roster_<column>. Cells are redacted as document fields are, with
+their column's name as context, before they are stored.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import duckdb
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.fields.registry import BUILTIN_FIELDS, FieldSpec, declared_fields, field_rows
 from rag_pipeline.fields.values import FieldKind, FieldValue, coerce, field_name, text_kind, typed_value
+from rag_pipeline.ingest.redact import redact_field, surviving_secrets
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.sources_file import read_sources_file
@@ -150,9 +152,13 @@ def roster_value(raw: Any, kind: FieldKind) -> FieldValue | None:
     return None if value is None else coerce(value, kind)
 
 
-def read_roster(spec: RosterSpec, declared: Mapping[str, FieldSpec]) -> tuple[list[dict[str, Any]], list[str], int]:
+def read_roster(spec: RosterSpec, declared: Mapping[str, FieldSpec],
+                settings: Settings) -> tuple[list[dict[str, Any]], list[str], int]:
     """(roster_values rows, problems, rows read) of one roster; ConfigError when the file or a named column is
-    missing. A row without a key, a duplicate key or an unreadable cell is a problem; the rest is loaded."""
+    missing. A row without a key, a duplicate key or an unreadable cell is a problem; the rest is loaded. Every cell
+    is redacted with its column's name as context (a column `password` or `api_token` makes its cells secrets, as
+    `password: X` does in a body), and a cell in which the independent detector still finds a secret is withheld
+    (a problem naming the row, the column and the kind, never the secret)."""
     try:
         table = read_table(spec.path)
     except (OSError, duckdb.Error) as error:
@@ -166,6 +172,7 @@ def read_roster(spec: RosterSpec, declared: Mapping[str, FieldSpec]) -> tuple[li
     if table and absent:
         raise ConfigError(f"roster {spec.path}: no authoritative column(s) {', '.join(map(repr, absent))}")
     kinds = column_kinds(table, declared)
+    clean = CellRedactor(settings)
     rows, problems, seen = [], [], set()
     for line, record in enumerate(table, start=2):
         key = str(record.get(spec.key) or "").strip()
@@ -185,6 +192,11 @@ def read_roster(spec: RosterSpec, declared: Mapping[str, FieldSpec]) -> tuple[li
             except ValueError as error:
                 problems.append(f"{spec.path.name} row {line}: column {column!r} ({kinds[column]}): {error}")
                 continue
+            if value is None:
+                continue
+            value, problem = clean(name, value)
+            if problem:
+                problems.append(f"{spec.path.name} row {line}: column {column!r}: {problem}")
             if value is not None:
                 values[name] = value
         for row in field_rows(key, values):
@@ -193,11 +205,53 @@ def read_roster(spec: RosterSpec, declared: Mapping[str, FieldSpec]) -> tuple[li
     return rows, problems, len(table)
 
 
-def roster_digest(spec: RosterSpec, declared: Mapping[str, FieldSpec]) -> str:
-    """What a loaded roster depends on: the file's bytes, its entry and the declared field types."""
+class CellRedactor:
+    """Roster cells redacted with their column's name as context and read by the independent detector, each
+    distinct (column, value) once (a roster repeats its values)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._done: dict[tuple[str, FieldValue], tuple[FieldValue | None, str | None]] = {}
+
+    def __call__(self, name: str, value: FieldValue) -> tuple[FieldValue | None, str | None]:
+        """(the value to store, None when withheld; the problem to report, if any)."""
+        hashable = FieldValue(value.kind, tuple(value.value) if value.kind == "list" else value.value, value.origin)
+        if (name, hashable) not in self._done:
+            self._done[name, hashable] = self._clean(name, value)
+        return self._done[name, hashable]
+
+    def _clean(self, name: str, value: FieldValue) -> tuple[FieldValue | None, str | None]:
+        cleaned = redact_field(self.settings, name, value)
+        if cleaned is None:
+            return None, "its column name holds a secret: the cell is withheld"
+        if cleaned.kind != value.kind:
+            return None, f"a secret was redacted from this {value.kind} cell: the cell is withheld"
+        where = surviving_secrets("", {name: cleaned})
+        if where:
+            return None, f"a secret survived redaction ({', '.join(where)}): the cell is withheld"
+        return cleaned, None
+
+
+def stored_secrets(sidecar: Sidecar) -> list[str]:
+    """The roster's blocking check `no_secret_survives`: the independent detector over every stored roster value
+    (read as "column: value"); a cell it flags is withheld at load, so this fails only if one got in without
+    passing it."""
+    failures = []
+    for name in sidecar.rosters():
+        for row in sidecar.roster_values_of(name):
+            where = surviving_secrets("", {row["name"]: row["text_value"] or ""})
+            if where:
+                failures.append(f"roster {name} key {row['key']!r}: stored with a secret ({', '.join(where)})")
+    return failures
+
+
+def roster_digest(spec: RosterSpec, declared: Mapping[str, FieldSpec], settings: Settings) -> str:
+    """What a loaded roster depends on: the file's bytes, its entry, the declared field types and how its cells are
+    redacted (a roster stored before cells were redacted has another digest, so it is loaded again)."""
     content = hashlib.sha256(spec.path.read_bytes()).hexdigest()
     kinds = sorted((name, item.kind) for name, item in declared.items())
-    return hashlib.sha256(f"{content}{spec!r}{kinds!r}".encode()).hexdigest()
+    redaction = ("cells redacted", settings.pii_policy, sorted(settings.role_email_prefixes))
+    return hashlib.sha256(f"{content}{spec!r}{kinds!r}{redaction!r}".encode()).hexdigest()
 
 
 def stale_rosters(settings: Settings, sidecar: Sidecar) -> list[str]:
@@ -207,7 +261,7 @@ def stale_rosters(settings: Settings, sidecar: Sidecar) -> list[str]:
     declared = declared_fields(settings)
     stored = {name: row["sha"] for name, row in sidecar.rosters().items()}
     stale = [spec.name for spec in specs
-             if not spec.path.is_file() or stored.get(spec.name) != roster_digest(spec, declared)]
+             if not spec.path.is_file() or stored.get(spec.name) != roster_digest(spec, declared, settings)]
     return stale + sorted(set(stored) - {spec.name for spec in specs})
 
 
@@ -221,13 +275,13 @@ def load_rosters(settings: Settings, sidecar: Sidecar) -> RosterReport:
     for spec in specs:
         if not spec.path.is_file():
             raise ConfigError(f"roster {spec.path}: no such file")
-        digest = roster_digest(spec, declared)
+        digest = roster_digest(spec, declared, settings)
         previous = stored.get(spec.name)
         if previous is not None and previous["sha"] == digest:
             report.rosters[spec.name] = {"path": str(spec.path), "rows": previous["rows"], "reloaded": False,
                                          "problems": list(previous["problems"] or [])}
             continue
-        rows, problems, count = read_roster(spec, declared)
+        rows, problems, count = read_roster(spec, declared, settings)
         sidecar.replace_roster(spec.name, {"name": spec.name, "path": str(spec.path), "key": spec.key,
                                            "document_key": spec.document_key, "authoritative": list(spec.authoritative),
                                            "sha": digest, "rows": count, "problems": problems}, rows)
