@@ -1,0 +1,86 @@
+"""Business terms: words a question may use for a condition on fields, declared once in the sources file.
+
+    terms:
+      major city: population > 150000      # "major" before "city"/"cities" adds population > 150000
+      major river: length_km > 750
+      bestseller: copies_sold >= 1000000   # a term alone: documents that satisfy the condition
+      flagship: status = released          # = for a value (case-insensitive), != is not offered
+
+A condition is FIELD OP VALUE with OP one of > >= < <= =, or several joined by "and". When the term's last word
+names a class of documents in the corpus (city, river, contract), the words before it qualify that class; otherwise
+the whole term stands for the documents matching the condition. The deterministic planner, the agent (its prompt
+lists them) and `rag-pipeline query` (as `--where term=NAME`, see structured/query.py) all honour them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from rag_pipeline.errors import ConfigError
+from rag_pipeline.fields.values import FIELD_NAME, text_kind
+from rag_pipeline.settings import Settings
+from rag_pipeline.sources_file import read_sources_file
+
+_CONDITION = re.compile(r"\s*([a-z][a-z0-9_]*)\s*(>=|<=|>|<|=)\s*(.+?)\s*$")
+OPERATORS = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+
+
+@dataclass(frozen=True)
+class Term:
+    """One business term: its words (lower case), and the where clauses (the query tool's JSON form) it means."""
+
+    phrase: str
+    words: tuple[str, ...]
+    where: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"term": self.phrase, "where": self.where}
+
+
+def parse_condition(text: str, where: str) -> dict[str, Any]:
+    """`population > 150000 and state = Texas` as where clauses; ConfigError naming `where` when it is not one."""
+    clauses: dict[str, Any] = {}
+    for part in re.split(r"\s+and\s+", str(text).strip()):
+        match = _CONDITION.fullmatch(part)
+        if match is None or not FIELD_NAME.fullmatch(match.group(1)):
+            raise ConfigError(f"{where}: {part!r} is not a condition FIELD OP VALUE (OP one of > >= < <= =)")
+        name, operator, raw = match.groups()
+        raw = raw.strip().strip("'\"")
+        kind, value = text_kind(raw)
+        if operator == "=":
+            clauses[name] = value if kind == "number" else raw
+        else:
+            if kind not in ("number", "date"):
+                raise ConfigError(f"{where}: {operator} needs a number or a date, got {raw!r}")
+            clauses.setdefault(name, {})[OPERATORS[operator]] = value
+    return clauses
+
+
+@lru_cache(maxsize=8)
+def _declared(path: Path, mtime_ns: int) -> tuple[Term, ...]:
+    raw = read_sources_file(path).get("terms") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: `terms:` must map each term to a condition (major city: population > 150000)")
+    terms = []
+    for phrase, condition in raw.items():
+        words = tuple(re.findall(r"[a-z0-9]+", str(phrase).lower()))
+        if not words:
+            raise ConfigError(f"{path}: term {phrase!r} has no words")
+        terms.append(Term(" ".join(words), words, parse_condition(condition, f"{path}: term {phrase!r}")))
+    return tuple(terms)
+
+
+def declared_terms(settings: Settings) -> tuple[Term, ...]:
+    """The business terms of RAG_SOURCES_FILE (none without one); re-read when the file changes."""
+    path = settings.sources_file
+    if path is None:
+        return ()
+    try:
+        mtime = Path(path).stat().st_mtime_ns
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the sources file (RAG_SOURCES_FILE): {error}") from error
+    return _declared(Path(path), mtime)
