@@ -55,7 +55,7 @@ def test_the_planner_answers_the_golden_aggregation_questions_phrased_several_wa
     phrasings = yaml.safe_load(PARAPHRASES.read_text())
     correct = asked = 0
     for question in load_golden(GOLDEN).questions:
-        if question.kind != "aggregation":
+        if question.kind != "aggregation" or "extended" in question.tags:  # extended: planned by issue 25's planner
             continue
         for text in [question.question, *phrasings[question.id]]:
             asked += 1
@@ -240,7 +240,10 @@ def test_evaluation_of_chat_next_to_ask(service: Callable[..., ChatService], cat
     from rag_pipeline.evaluate.chat_eval import evaluate_chat
 
     chat = service()
-    report = evaluate_chat(load_golden(GOLDEN).questions, chat, chat.answerer, QueryRunner(
+    # The questions of the later operations (tag `extended`: aggregates, set operations, semi-joins) are planned by
+    # the planner of issue 25; the query tool answers them exactly (test_metadata_query.py).
+    questions = [question for question in load_golden(GOLDEN).questions if "extended" not in question.tags]
+    report = evaluate_chat(questions, chat, chat.answerer, QueryRunner(
         catalog, Sidecar(catalog.sidecar_path)), conversations=REPO / "golden" / "catalog_conversations.yaml")
     aggregation, semantic = report["by_kind"]["aggregation"], report["by_kind"]["semantic"]
     assert aggregation["questions"] == 37 and aggregation["chat_routing_accuracy"] == 1.0
