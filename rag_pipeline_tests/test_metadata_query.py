@@ -488,9 +488,9 @@ def test_semi_joins_empty_and_contains(catalog: Settings) -> None:
     assert every == [{"count": 1}]
     # bad subqueries are refused, naming where they are
     deep = {"op": "distinct", "field": "project_id"}
-    for _ in range(4):
+    for _ in range(6):
         deep = {"op": "distinct", "field": "project_id", "where": {"project_id": {"in": deep}}}
-    refused(catalog, deep, "query_too_deep", "nest at most 3 levels")
+    refused(catalog, deep, "query_too_deep", "nest at most 5 levels")
     refused(catalog, {"op": "list", "where": {"genre": {"in": {"op": "explode"}}}}, "invalid_op",
             "^where 'genre' in: op must be one of")
     refused(catalog, {"op": "list", "where": {"genre": {"in": {"op": "count", "where": {"type": "md"}}}}},

@@ -31,7 +31,7 @@ QUANTITIES: dict[str, tuple[str, ...]] = {
     "length": ("length", "distance"),
     "height": ("height", "elevation", "altitude"),
     "population": ("population", "inhabitants", "people", "residents", "citizens", "populations"),
-    "density": ("density",),
+    "density": ("density", "population density"),
     "age": ("age", "year", "created", "founded"),
     "price": ("price", "cost", "budget", "amount", "value"),
     "weight": ("weight", "mass"),
@@ -61,8 +61,10 @@ RELATION_SYNONYMS = {"adjacent": "border", "adjoin": "border", "adjoins": "borde
                      "neighbor": "border", "neighbors": "border", "neighboring": "border", "neighbour": "border",
                      "neighbours": "border", "neighbouring": "border", "next": "border", "surround": "border",
                      "surrounds": "border", "surrounding": "border", "bordering": "border", "borders": "border",
-                     "bordered": "border", "wrote": "author", "written": "author", "writer": "author",
-                     "costs": "price", "cost": "price", "priced": "price"}
+                     "bordered": "border"}
+# Words that name a field by another word (general English): "who wrote it" asks for its author.
+FIELD_SYNONYMS = {"wrote": "author", "written": "author", "writer": "author", "costs": "price", "cost": "price",
+                  "priced": "price"}
 # What "how big", "how long" ... ask for.
 HOW_ADJECTIVES = {"big": "size", "large": "size", "small": "size", "long": "length", "high": "height",
                   "tall": "height", "deep": "depth", "old": "age", "heavy": "weight", "expensive": "price",
@@ -81,7 +83,8 @@ SCOPES = ("in the us", "in the usa", "in the united states", "in the united stat
           "in us", "in usa", "the us", "the usa", "the united states", "the country", "the nation", "in the catalogue",
           "in the catalog", "in the collection", "in the corpus", "in total", "overall", "of all", "in all",
           "there", "all", "usa", "us", "america", "the catalogue", "the catalog", "catalogue", "catalog",
-          "the collection", "collection", "the corpus", "corpus", "the index", "we have", "do we have")
+          "the collection", "collection", "the corpus", "corpus", "the index", "we have", "do we have",
+          "in united states", "of united states", "united states")
 GENERIC_NOUNS = ("document", "documents", "doc", "docs", "file", "files", "item", "items", "entry", "entries",
                  "record", "records", "one", "ones", "page", "pages", "note", "notes")
 QUESTION_WORDS = ("what", "which", "who", "whom", "where", "when", "whats", "what's", "name", "names", "list",
@@ -207,6 +210,11 @@ class Lexicon:
             for synonym in synonyms.get(name, ()):
                 for form in word_forms(normal(synonym)):
                     self.fields.add(form, name)
+        for (_, name), target in profile.references.items():
+            words, _ = field_words(name)
+            for noun in {target, singular(target), target + "s"}:
+                if noun not in words.split():
+                    self.fields.add(f"{words} {noun}", name)  # "capital city", "capital cities"
         self.format_words = {word: fmt.doc_type for fmt in FORMATS for word in fmt.words}
         # The words of each field's declared synonyms ("kind of game" for genre: "game" is genre's word too).
         self.synonym_words = {name: {singular(word) for synonym in names for word in normal(synonym).split()}
@@ -292,7 +300,7 @@ class Lexicon:
             found.append(("field", sorted(self.fields.phrases[text])))
         if text in QUANTITY_NOUNS:
             found.append(("quantity", QUANTITY_NOUNS[text]))
-        synonym = RELATION_SYNONYMS.get(text)
+        synonym = FIELD_SYNONYMS.get(text)
         if synonym and synonym in self.fields.phrases and text not in self.fields.phrases:
             found.append(("field", sorted(self.fields.phrases[synonym])))
         occurrences = profile.occurrences.get(text) or (profile.occurrences.get(singular(text)) if size == 1 else None)
@@ -322,15 +330,16 @@ class Lexicon:
             return names[int(order[0])]
         return None
 
-    def quantity_field(self, quantity: str, candidates: Sequence[str]) -> str | None:
-        """The numeric field among `candidates` that measures `quantity` ("size" -> area_sq_miles): by the words of
-        its name, then by meaning; the only one when there is just one."""
+    def quantity_fields(self, quantity: str, candidates: Sequence[str]) -> list[str]:
+        """The numeric fields among `candidates` that measure `quantity` ("size" -> area_sq_miles): those whose
+        name says it (the fewest extra words first), else the only one, else the nearest in meaning."""
         nouns = QUANTITIES.get(quantity, (quantity,))
-        named = [name for name in candidates if set(field_words(name)[0].split()) & set(nouns)]
-        if len(named) == 1:
-            return named[0]
-        if len(named) > 1:
-            return min(named, key=lambda name: len(name))
-        if len(candidates) == 1:
-            return candidates[0]
-        return self.field_by_meaning(" ".join(nouns[:2]), candidates)
+        named = [name for name in candidates if set(field_words(name)[0].split()) & set(nouns)
+                 or field_words(name)[0] in nouns]
+        if named:
+            fewest = min(len(field_words(name)[0].split()) for name in named)
+            return [name for name in named if len(field_words(name)[0].split()) == fewest]
+        if len(candidates) == 1 and quantity == "size":  # "the biggest city": its one measure
+            return list(candidates)
+        by_meaning = self.field_by_meaning(" ".join(nouns[:2]), candidates)
+        return [by_meaning] if by_meaning else []

@@ -36,6 +36,9 @@ _CLAUSE = re.compile(r"(?:;|,?\s+and\s+(?=(?:then\s+)?(?:for|describe|explain|wh
                      r"who|where|when|which|list|show|give)\b))", re.IGNORECASE)
 # Words that make a question ask for an exact answer (a count, a total, a ranking, a breakdown).
 EXACT_KINDS = ("count", "sum", "avg", "superlative", "grouping", "comparative")
+# An exact question with more unexplained words than this is about the text, not the fields ("what did the team
+# call the level generator"): it is searched, not refused.
+MAX_UNMAPPED_WORDS = 2
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
         queries = list({json.dumps(compile_reading(reading, reader), sort_keys=True): compile_reading(reading, reader)
                         for reading in readings}.values())
     except Unmapped as unmapped:
-        if asks_exactly(clause, reader.lexicon):
+        if asks_exactly(clause, reader.lexicon) and len(unmapped.words) <= MAX_UNMAPPED_WORDS:
             return Action(CANNOT_ANSWER, {"question": clause, "reason": str(unmapped)})
         return search(clause, catalog)
     return Action(QUERY_METADATA, queries[0], tuple(queries[1:]))
@@ -104,8 +107,16 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
 
 def asks_exactly(clause: str, lexicon: Lexicon) -> bool:
     """Whether the clause asks for a count, total, ranking or breakdown of things the corpus knows (its classes,
-    fields or documents in general): "how many sessions did the team run" is about a text, not the documents."""
+    fields or documents in general), or a field of a document it names ("what is the area of maryland"): "how
+    many sessions did the team run" is about a text, not the documents."""
     spans = lexicon.spans(lexicon.tokens(clause))
+    named_field = any(span.has("field") or span.has("quantity") for span in spans)
+    named_thing = any(span.has("value") or (span.has("class") and span.get("class") is not None) for span in spans)
+    if named_field and named_thing and spans and (spans[0].has("question") or spans[0].text == "how"):
+        return True
+    if spans and spans[0].has("question") and any(span.has("class") and span.get("class") is not None
+                                                  for span in spans[1:5]):
+        return True  # "show me all the major lakes", "which rivers ..."
     for index, span in enumerate(spans):
         if any(span.has(kind) for kind in EXACT_KINDS):
             following = spans[index + 1: index + 4]

@@ -33,13 +33,21 @@ from rag_pipeline.chat.lexicon import (
 )
 from rag_pipeline.structured.profile import UNCLASSED, singular
 
+PREPOSITIONS = frozenset(("in", "of", "on", "at", "from", "for", "with", "by", "to", "into", "within", "that", "which",
+                          "who", "whose", "where"))
+EVERY = 1000  # the rows a list or set answer asks for: all of them (the query tool's most)
 MAX_READINGS = 12  # readings made of one question (each costs a few milliseconds of queries)
 NOT_ASKABLE = ("id", "path", "chars", "pages", "ingested_at", "name")
 DATES = ("date",)
 
 
 class Unmapped(Exception):
-    """The question cannot be mapped with confidence; the message says what could not be mapped."""
+    """The question cannot be mapped with confidence; the message says what could not be mapped (`words`: the
+    question's words nothing explains, when that is the reason)."""
+
+    def __init__(self, message: str, words: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.words = words
 
 
 class Ambiguous(Exception):
@@ -60,6 +68,7 @@ class Selection:
     limit: int | None = None  # the N best of a ranking ("the 3 largest")
     produces: str | None = None  # inside a semi-join: the field whose values it gives (default: the names)
     named: bool = False  # a value names its documents ("texas", "the city springfield")
+    counted: tuple[str, str, Selection] | None = None  # ranked by how many of another set's documents name each
 
 
 @dataclass
@@ -157,6 +166,20 @@ class Parse:
         self.enumerating = False  # the last thing read was a value: another may follow it without a relation
         self.counting = False  # the question asks how many
         self.vocabulary: set[str] = set()  # the declared synonyms' words of the fields read so far
+        self.aggregate_said = self.find_aggregate()  # "combined", "in total" said after the field
+        self.asked_plural = False  # the asked field was said in the plural ("the highest points of ...")
+        self.conjunction = "or"  # how the values a modifier lists combine: "and" (all of) or "or" (any of)
+
+    def find_aggregate(self) -> str | None:
+        """A total or an average said anywhere but the start ("the area of the states combined")."""
+        for index, span in enumerate(self.spans[1:], start=1):
+            if span.has("sum") and not (index + 1 < len(self.spans) and self.spans[index + 1].has("count")):
+                self.used.add(index)
+                return "sum"
+            if span.has("avg"):
+                self.used.add(index)
+                return "avg"
+        return None
 
     def choose(self, key: str, options: list[Any]) -> Any:
         if not options:
@@ -192,6 +215,14 @@ class Parse:
                 relation.append(span.text)
         return " ".join(relation)
 
+    def spans_before(self, span: Span) -> str:
+        """The word right before a span."""
+        index = next(position for position, candidate in enumerate(self.spans) if candidate is span)
+        return self.spans[index - 1].text if index else ""
+
+    def spans_text(self, start: int, end: int) -> list[str]:
+        return [span.text for span in self.spans[start:end]]
+
     def next_meaningful(self) -> Span | None:
         index = self.at
         while index < len(self.spans) and self.filler(self.spans[index]):
@@ -203,7 +234,7 @@ class Parse:
         if not self.spans:
             raise Unmapped("the question is empty")
         answer, asked, how = "values", None, None
-        while self.filler(self.peek()) and self.peek().text != "how":
+        while self.filler(self.peek()) and self.peek().text not in ("how", "where"):
             self.take()
         span = self.peek()
         if span is not None and span.text == "how":
@@ -232,9 +263,9 @@ class Parse:
         elif span is not None and span.text == "where" and how is None:
             self.take()
             asked = ("where",)
-        elif how is None:
-            asked = self.asked_field(required=False)
-        self.pending = self.skip_filler()
+        else:
+            asked = self.asked_field(required=False)  # "how high is the highest point of ...": its field
+        self.pending = " ".join(word for word in self.skip_filler().split() if word not in PREPOSITIONS)
         selection = self.selection(optional=asked is not None)
         self.modifiers(selection)
         grouped = self.tail(selection)
@@ -243,6 +274,7 @@ class Parse:
         if asked is None and answer == "values":
             asked = self.trailing_field(selection)
         reading = Reading(answer, selection)
+        self.how_of_field = how if asked is not None and how is not None else None
         if grouped is not None:
             if answer != "count":
                 raise Unmapped("a breakdown per value of something other than a count")
@@ -251,16 +283,51 @@ class Parse:
             reading.field = self.where_field(selection)
         elif asked is not None:
             reading.field = self.resolve_field(asked, selection)
+            self.ranked_by_name(reading)
         elif how is not None:
-            reading.field = self.quantity(how, selection.klass)
+            reading.field = self.partner_of_value(selection) or self.quantity(how, selection.klass)
         if reading.answer == "count":
             listed = [name for name, values in self.enumerated.items() if len(values) >= 3]
             if listed:  # "how many are released, in development or cancelled": one count each
                 reading.answer, reading.field = "groups", listed[0]
+        if reading.answer == "values" and reading.field is not None and self.aggregate_said is not None:
+            reading.answer = self.aggregate_said  # "the area of all the states combined"
         if reading.answer in ("sum", "avg") and (reading.field is None or self.reader.kind(reading.field) != "number"):
             raise Unmapped(f"{reading.field!r} is not a number to add up")
         self.check_explained()
         return reading
+
+    def ranked_by_name(self, reading: Reading) -> None:
+        """A field whose name is a superlative ('highest point') asked of several documents: the one whose
+        partner number is the largest ('the highest point in the us'); 'how high' of it: that number."""
+        name = reading.field
+        if name is None or self.reader.kind(name) != "string":
+            return
+        first = field_words(name)[0].split()[0]
+        superlative = self.lexicon.readings(first, 1)
+        partners = [other for other in self.reader.fields_of(reading.selection.klass, ("number",))
+                    if field_words(other)[0].split()[0] == first]
+        if len(partners) != 1:
+            return
+        if getattr(self, "how_of_field", None):
+            reading.field = partners[0]  # "how high is the highest point of florida"
+            return
+        direction = next((detail[0] for kind, detail in superlative if kind == "superlative"), None)
+        if direction is not None and not reading.selection.named and reading.selection.rank is None \
+                and reading.answer == "values" and not self.asked_plural:
+            reading.selection.rank = ("argmax" if direction == "max" else "argmin", partners[0])
+
+    def partner_of_value(self, selection: Selection) -> str | None:
+        """'how high is guadalupe peak': the number field measuring the field the value was found in."""
+        for name in selection.where:
+            if name in self.reader.profile.fields and self.reader.kind(name) == "string" \
+                    and name not in self.reader.profile.subjects[:1]:
+                first = field_words(name)[0].split()[0]
+                partners = [other for other in self.reader.fields_of(selection.klass, ("number",))
+                            if field_words(other)[0].split()[0] == first]
+                if len(partners) == 1:
+                    return partners[0]
+        return None
 
     def asked_quantity(self) -> tuple[str, ...] | None:
         """After 'how many': a quantity noun ('how many people') asks for that field of what follows."""
@@ -273,13 +340,16 @@ class Parse:
 
     def asked_field(self, required: bool) -> tuple[str, ...] | None:
         """'what is the population of ...', 'which publishers ...': a field named before what it is asked of."""
-        while (span := self.peek()) is not None and span.has("word") and span.text in STOP:
-            self.take()
+        while (span := self.peek()) is not None and ((span.has("word") and span.text in STOP)
+                                                     or (span.has("number") and (nxt := self.peek(1)) is not None
+                                                         and nxt.has("field") and not nxt.has("class"))):
+            self.take()  # "name the 50 capitals": the number restates how many there are
         span = self.peek()
         if span is None:
             return None
         if span.has("field") and not span.has("class") and not span.has("value"):
             self.take()
+            self.asked_plural = singular(span.text.split()[-1]) != span.text.split()[-1]
             return ("field", *span.get("field"))
         if span.has("quantity") and not span.has("class") and not span.has("value"):
             self.take()
@@ -289,6 +359,10 @@ class Parse:
         return None
 
     def resolve_field(self, asked: tuple[str, ...], selection: Selection) -> str:
+        partner = self.partner_of_value(selection)
+        if partner is not None and asked[0] == "field" and any(  # "the elevation of death valley": its partner
+                set(field_words(name)[0].split()) & set(field_words(partner)[0].split()) for name in asked[1:]):
+            return partner
         klass = selection.klass
         if klass is None and asked[0] == "field" and len(asked) == 2:
             klass = selection.klass = self.reader.only_class_with(asked[1])
@@ -298,10 +372,10 @@ class Parse:
 
     def quantity(self, quantity: str, klass: str | None) -> str:
         numeric = self.reader.fields_of(klass, ("number", "date"))
-        name = self.lexicon.quantity_field(quantity, numeric)
-        if name is None:
+        names = self.lexicon.quantity_fields(quantity, numeric)
+        if not names:
             raise Unmapped(f"no field of the {klass or 'documents'} measures their {quantity}")
-        return name
+        return self.choose(f"quantity@{quantity}@{klass}", names)
 
     def where_field(self, selection: Selection) -> str:
         """'where is X': the field of X's documents that refers to other documents (a city's state)."""
@@ -343,13 +417,28 @@ class Parse:
         return None
 
     def trailing_field(self, selection: Selection) -> tuple[str, ...] | None:
-        """'when was kite season signed': a field said at the end is what is asked."""
+        """'when was kite season signed': a field said at the end is what is asked; one named with a superlative
+        ('what state has the highest elevation') ranks the documents instead."""
         span = self.peek()
         if span is not None and span.has("field") and not span.has("class") and not span.has("value"):
             self.take()
             self.skip_filler()
+            if self.superlative_named(span) is not None and not selection.named and selection.rank is None:
+                self.rank_by_named_field(selection, span)
+                return None
             return ("field", *span.get("field"))
         return None
+
+    def superlative_named(self, span: Span) -> str | None:
+        """'max' or 'min' for a field phrase that starts with a superlative ('highest elevation', 'lowest point')."""
+        first = span.text.split()[0]
+        return next((detail[0] for kind, detail in self.lexicon.readings(first, 1) if kind == "superlative"
+                     and detail[1] is not None), None)
+
+    def rank_by_named_field(self, selection: Selection, span: Span) -> None:
+        direction = self.superlative_named(span)
+        name = self.pick_field(span.get("field"), selection.klass, "", key=f"field@{span.start}")
+        selection.rank = ("argmax" if direction == "max" else "argmin", self.rankable(name, selection.klass))
 
     def check_explained(self) -> None:
         """Every word is part of the reading, filler, or a word of a used field's declared synonyms."""
@@ -358,7 +447,7 @@ class Parse:
         unexplained = [span.text for index, span in enumerate(self.spans)
                        if index not in self.used and not self.filler(span) and singular(span.text) not in vocabulary]
         if unexplained:
-            raise Unmapped(f"could not map {', '.join(repr(text) for text in unexplained)}")
+            raise Unmapped(f"could not map {', '.join(repr(text) for text in unexplained)}", tuple(unexplained))
 
     # --- sets of documents -----------------------------------------------------------------------------------
     def selection(self, optional: bool = False) -> Selection:
@@ -402,7 +491,8 @@ class Parse:
             if nxt is not None and nxt.has("value") and not nxt.has("class") and self.names_document(nxt,
                                                                                                      selection.klass):
                 self.take()  # "the city springfield"
-                selection.where[self.subject_holding(nxt, selection.klass)] = nxt.text
+                name = self.subject_holding(nxt, selection.klass)
+                selection.where[name] = self.stored(name, nxt.text)
                 selection.named = True
         elif span is not None and span.has("value") and not self.names_document(span, None):
             self.take()  # "how many pdfs": the documents that have the value
@@ -416,9 +506,15 @@ class Parse:
         elif span is not None and span.has("field") and not span.has("class") and self.head_field is None \
                 and not optional:  # "the capitals ...": the values of a field, of the documents that have it
             self.take()
-            self.head_field = span.get("field")
-            selection = Selection(self.reader.only_class_with(span.get("field")[0])
-                                  if len(span.get("field")) == 1 else None)
+            holder = self.reader.only_class_with(span.get("field")[0]) if len(span.get("field")) == 1 else None
+            target = self.reader.profile.references.get((holder, span.get("field")[0]))
+            if target is not None and (superlative is not None or terms):
+                # "the largest capital": the documents the field names (cities), ranked as such
+                inner = Selection(holder, produces=span.get("field")[0])
+                selection = Selection(target, {self.reader.subject(target): {"in": inner}})
+            else:
+                self.head_field = span.get("field")
+                selection = Selection(holder)
         elif optional:
             selection = Selection(None)
         else:
@@ -487,7 +583,8 @@ class Parse:
             raise Unmapped(f"{value.text!r} names no document")
         chosen = self.choose(f"names@{value.start}", classes)
         selection = Selection(chosen if chosen != UNCLASSED else None, named=True)
-        selection.where[self.subject_holding(value, selection.klass)] = value.text
+        name = self.subject_holding(value, selection.klass)
+        selection.where[name] = self.stored(name, value.text)
         return selection
 
     def subject_holding(self, value: Span, klass: str | None) -> str:
@@ -530,6 +627,7 @@ class Parse:
         start = self.at
         enumerating, self.enumerating = self.enumerating, False
         relation = self.skip_filler()
+        self.conjunction = "and" if "and" in self.spans_text(start, self.at) else "or"
         said_field = None
         while (span := self.peek()) is not None and span.has("field") and not span.has("class") \
                 and not span.has("value") and self.relates_onward():
@@ -550,14 +648,20 @@ class Parse:
                 selection.where[self.field_for_empty(selection, nxt, relation)] = {"empty": True}
                 return True
             raise Unmapped("a negation the query tool cannot express")
-        if span.has("superlative") and span.get("superlative")[1] is None and (nxt := self.peek(1)) is not None \
-                and nxt.has("class") and explicit:
+        if span.has("superlative") and span.get("superlative")[1] is None and explicit and \
+                self.class_after_filler(1):
             self.take()  # "the state that borders the most states": ranked by how many it names
+            self.skip_filler()
             inner = self.selection()
+            direction = "argmax" if span.get("superlative")[0] == "max" else "argmin"
+            counted = self.counted_link(selection, inner, relation)
+            if counted is not None:  # "the state with the most cities": the cities' state most often named
+                selection.counted = (direction, counted, inner)
+                return True
             name = self.link(selection, inner, relation, ranking=True)
             if self.reader.kind(name) != "list":
                 raise Unmapped("a count of related documents the query tool cannot rank by")
-            selection.rank = ("argmax" if span.get("superlative")[0] == "max" else "argmin", name)
+            selection.rank = (direction, name)
             return True
         if span.has("superlative") and (nxt := self.peek(1)) is not None and explicit and \
                 (nxt.has("field") or nxt.has("quantity") or nxt.has("count")) and not nxt.has("class"):
@@ -577,9 +681,17 @@ class Parse:
                                    kinds=("date", "number"))
             selection.rank = ("argmax" if span.get("superlative")[0] == "max" else "argmin", name)
             return True
-        if span.has("superlative") and explicit and span.get("superlative")[1] is not None:
-            self.take()  # "that is the largest"
+        if span.has("superlative") and explicit and span.get("superlative")[1] is not None \
+                and not self.class_after_filler(1):
+            self.take()  # "that is the largest", "the longest one"
+            if (nxt := self.peek()) is not None and nxt.text in ("one", "ones"):
+                self.take()
             self.rank(selection, span.get("superlative"), selection.limit)
+            return True
+        if said_field is None and span.has("field") and not span.has("class") and not span.has("value") \
+                and explicit and self.superlative_named(span) is not None and not self.relates_onward():
+            self.take()  # "the state with the lowest point", "the state that contains the highest point"
+            self.rank_by_named_field(selection, span)
             return True
         if span.has("comparative") or span.has("date_comparative") or span.text == "between":
             if self.comparison(selection, said_field):
@@ -611,6 +723,25 @@ class Parse:
             return True
         self.at = start
         return False
+
+    def class_after_filler(self, offset: int) -> bool:
+        index = self.at + offset
+        while index < len(self.spans) and self.filler(self.spans[index]):
+            index += 1
+        return index < len(self.spans) and self.spans[index].has("class") and \
+            self.spans[index].get("class") is not None
+
+    def counted_link(self, outer: Selection, inner: Selection, relation: str) -> str | None:
+        """The field of `inner`'s documents that names `outer`'s (a city's state), when `outer`'s documents have
+        no list of them: "the state with the most cities" counts the cities naming each state."""
+        references = self.reader.profile.references
+        if any(klass == outer.klass and target == inner.klass and self.reader.kind(name) == "list"
+               for (klass, name), target in references.items()):
+            return None
+        reverse = sorted(name for (klass, name), target in references.items()
+                         if klass == inner.klass and target == outer.klass)
+        named = self.reader.named_by(relation, reverse)
+        return self.choose(f"counted@{inner.klass}", named or reverse) if reverse else None
 
     def relates_onward(self) -> bool:
         """Whether what follows the field at the cursor (past filler) is something it can relate to: a value, a
@@ -850,11 +981,16 @@ class Parse:
                     options.append(("self", self.subject_holding(value, klass)))
                 continue
             inner = Selection(other if other != UNCLASSED else None, named=True)
-            inner.where[self.subject_holding(value, inner.klass)] = value.text
+            subject = self.subject_holding(value, inner.klass)
+            inner.where[subject] = self.stored(subject, value.text)
             try:
                 options.append(("link", (inner, self.link(selection, inner, relation))))
             except Unmapped:
                 continue
+        references = self.reader.profile.references
+        for name in self.reader.named_by(relation, self.reader.fields_of(klass, ("string", "list"))):
+            if ("field", name) not in options and references.get((klass or UNCLASSED, name)) in named_classes:
+                options.append(("field", name))  # "how many states border hawaii": none does, and that is the answer
         if said:
             options = [option for option in options if option[0] == "field" and option[1] in said] or options
         elif named_classes:  # the value names documents: only fields a relation word or a class noun name link
@@ -862,6 +998,9 @@ class Parse:
         if not options:
             raise Unmapped(f"how {value.text!r} relates to the {klass or 'documents'}")
         named = self.relation_named(options, relation)
+        if named and len(named_classes) > 1 and value.start > 0 and self.spans_before(value) == "the":
+            # "next to the mississippi": a state and a river; the relation fits both readings, so both are made
+            named = named + [option for option in options if option not in named and self.plain_or_named(option, "")]
         selves = [option for option in options if option[0] == "self"]
         if selves and relation and not set(relation.split()) - {"of", "called", "named", "as"}:
             named = selves  # "the state of nevada", "the city called springfield"
@@ -872,12 +1011,23 @@ class Parse:
             inner, name = detail
             selection.where[name] = {"in": inner}
 
+    def stored(self, name: str, text: str) -> str:
+        """A value as the field stores it (the question's words are folded: "atlanta georgia")."""
+        return self.reader.profile.fields[name].values.get(text, text) if name in self.reader.profile.fields \
+            else text
+
     def add_value(self, selection: Selection, name: str, value: str) -> None:
         """A value for a field; a second value for the same field makes it 'any of' ("racing or platformers")."""
         self.vocabulary |= self.lexicon.synonym_words.get(name, set())
+        value = self.stored(name, value)
         present = selection.where.get(name)
+        both = self.reader.kind(name) == "list" and self.conjunction == "and"
         if present is None:
             selection.where[name] = value
+        elif isinstance(present, dict) and "contains" in present and both:
+            present["contains"].append(value)
+        elif isinstance(present, str) and both:
+            selection.where[name] = {"contains": [present, value]}
         elif isinstance(present, list):
             present.append(value)
         elif isinstance(present, str):
@@ -940,6 +1090,15 @@ def compile_reading(reading: Reading, reader: Reader) -> dict[str, Any]:
         return {"op": reading.answer, "field": reading.field, "where": where}
     if reading.answer == "groups":
         return {"op": "group_by", "by": reading.field, "where": where}
+    if selection.counted is not None:
+        direction, by, inner = selection.counted
+        if direction != "argmax" or reading.field is not None:
+            raise Unmapped("the fewest related documents, or a field of the most named one")
+        inner_where = compile_where(inner, reader)
+        if selection.where:  # the outer's own conditions: only its documents are counted
+            inner_where[by] = {"in": compile_reading(Reading("values", Selection(selection.klass,
+                                                                                 dict(selection.where))), reader)}
+        return {"op": "top_n", "by": by, "where": inner_where, "limit": 1}
     if selection.rank is not None:
         op, rank_field = selection.rank
         returned = reading.field or selection.produces or reader.subject(selection.klass)
@@ -948,11 +1107,11 @@ def compile_reading(reading: Reading, reader: Reader) -> dict[str, Any]:
             query["limit"] = selection.limit
         return query
     if reading.field is None and selection.produces is None:  # the documents themselves, named by their subject
-        return {"op": "list", "field": reader.subject(selection.klass), "where": where}
+        return {"op": "list", "field": reader.subject(selection.klass), "where": where, "limit": EVERY}
     returned = reading.field or selection.produces
     if selection.named and reading.field is not None:
-        return {"op": "lookup", "field": returned, "where": where}
-    return {"op": "distinct", "field": returned, "where": where}
+        return {"op": "lookup", "field": returned, "where": where, "limit": EVERY}
+    return {"op": "distinct", "field": returned, "where": where, "limit": EVERY}
 
 
 def compile_where(selection: Selection, reader: Reader) -> dict[str, Any]:

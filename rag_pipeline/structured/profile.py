@@ -130,26 +130,51 @@ def build_profile(sidecar: Sidecar, scope: Scope | None) -> Profile:
         for value, shas in values.items():
             for sha in shas:
                 occurrences[value][(name, class_of_sha.get(sha, UNCLASSED))] += 1
-    subjects = sorted((name for name, profile in fields.items() if profile.kind == "string" and profile.documents >= 2
-                       and profile.distinct >= SUBJECT_DISTINCT * profile.documents
-                       and name not in ("id", "name", "folder", "type")),
+    unique = [name for name, profile in fields.items() if profile.kind == "string" and profile.documents >= 2
+              and profile.distinct >= SUBJECT_DISTINCT * profile.documents
+              and name not in ("id", "name", "folder", "type")]
+    names_of = class_names(unique, values_of, class_of_sha)
+    references = reference_fields(fields, classes, values_of, class_of_sha, names_of, unique)
+    # A field whose values are all names of another class's documents (a state's capital names a city) refers
+    # to them; the fields left name their own documents (a name, a title, an id).
+    def main_class(name: str) -> str:
+        return max(classes, key=lambda klass: classes[klass].get(name, 0))
+
+    subjects = sorted((name for name in unique if (main_class(name), name) not in references),
                       key=lambda name: -fields[name].documents)
-    names_of: dict[str, set[str]] = defaultdict(set)  # class -> the normal names of its documents
-    for name in subjects:
-        for value, shas in values_of[name].items():
-            for sha in shas:
-                names_of[class_of_sha.get(sha, UNCLASSED)].add(value)
-    references: dict[tuple[str, str], str] = {}
-    for klass, present in classes.items():
-        for name in present:
-            if name in subjects or name not in values_of or fields[name].kind not in ("string", "list"):
-                continue
-            held = {value for value, shas in values_of[name].items()
-                    if any(class_of_sha.get(sha, UNCLASSED) == klass for sha in shas)}
-            best = max(names_of, key=lambda other: len(held & names_of[other]), default=None)
-            if best is not None and held and len(held & names_of[best]) >= REFERENCE_SHARE * len(held):
-                references[(klass, name)] = best
+    names_of = class_names(subjects, values_of, class_of_sha)
+    references = reference_fields(fields, classes, values_of, class_of_sha, names_of, subjects)
     return Profile(total, fields, class_fields, {klass: dict(counts) for klass, counts in classes.items()},
                    dict(class_sizes), class_field_of, subjects,
                    {value: [(name, klass, count) for (name, klass), count in counts.most_common()]
                     for value, counts in occurrences.items()}, references)
+
+
+def class_names(subjects: list[str], values_of: dict[str, dict[str, set[str]]],
+                class_of_sha: dict[str, str]) -> dict[str, set[str]]:
+    """Class -> the (normal) names its documents have in the given fields."""
+    names: dict[str, set[str]] = defaultdict(set)
+    for name in subjects:
+        for value, shas in values_of[name].items():
+            for sha in shas:
+                names[class_of_sha.get(sha, UNCLASSED)].add(value)
+    return names
+
+
+def reference_fields(fields: dict[str, FieldProfile], classes: dict[str, Counter],
+                     values_of: dict[str, dict[str, set[str]]], class_of_sha: dict[str, str],
+                     names_of: dict[str, set[str]], subjects: list[str]) -> dict[tuple[str, str], str]:
+    """(class, field) -> the class whose documents' names the field's values are (for most of them)."""
+    references: dict[tuple[str, str], str] = {}
+    for klass, present in classes.items():
+        for name in present:
+            if name not in values_of or fields[name].kind not in ("string", "list"):
+                continue
+            held = {value for value, shas in values_of[name].items()
+                    if any(class_of_sha.get(sha, UNCLASSED) == klass for sha in shas)}
+            others = {other: len(held & names) for other, names in names_of.items()
+                      if not (other == klass and name in subjects)}
+            best = max(others, key=lambda other: others[other], default=None)
+            if best is not None and held and others[best] >= REFERENCE_SHARE * len(held):
+                references[(klass, name)] = best
+    return references

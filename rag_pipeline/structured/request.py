@@ -31,7 +31,7 @@ from rag_pipeline.structured.roster import STATUSES
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000  # rows of a result, and values a subquery may produce
 DEFAULT_TOP_N = 10
-MAX_DEPTH = 3  # levels of queries under the top one (a subquery of a subquery of a subquery)
+MAX_DEPTH = 5  # levels of queries under the top one ("states that border states that border states that border X")
 MAX_SUBQUERIES = 12  # queries in one request's tree besides the top one
 RANGE_KEYS = ("gte", "gt", "lte", "lt")
 CLAUSE_KEYS = ("eq", "in", "contains", "empty", *RANGE_KEYS)
