@@ -104,6 +104,7 @@ class StateCache:
 
 _registries = StateCache()  # (sidecar, scope) -> registry
 _value_sets = StateCache()  # (sidecar, scope) -> named values
+_folded_values = StateCache()  # (sidecar, scope, field) -> its text values as where clauses compare them
 
 
 def file_state(path: Path) -> tuple:
@@ -265,7 +266,7 @@ class QueryRunner:
 
     def _execute(self, con: duckdb.DuckDBPyConnection, query: MetadataQuery, registry: Mapping[str, RegistryField],
                  scope: Scope | None) -> QueryResult:
-        return Execution(con, registry, scope).result(query)
+        return Execution(con, registry, scope, self.sidecar.path).result(query)
 
 
 class Execution:
@@ -274,11 +275,12 @@ class Execution:
     request and reused by every query of the tree that needs it, so the effective_fields view is evaluated once per
     clause and once per field read."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, registry: Mapping[str, RegistryField],
-                 scope: Scope | None) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, registry: Mapping[str, RegistryField], scope: Scope | None,
+                 path: Path) -> None:
         self.con = con
         self.registry = registry
         self.scope = scope
+        self.path = path  # the sidecar's file, whose state keys the cache of folded values
         self.steps: dict[Any, str] = {}
 
     # --- steps ---------------------------------------------------------------------------------------------------
@@ -373,17 +375,24 @@ class Execution:
         variants = {text: number_variants(text) for text in wanted}
         if not any(variants.values()):
             return wanted
-        candidates = sorted(set(wanted) | {form for forms in variants.values() for form in forms})
-        scoped, params = scope_condition(self.scope)
-        found = {text for (text,) in self.con.execute(
-            f"SELECT DISTINCT {NORMAL_TEXT} FROM {values_table(self.registry[name])} WHERE name = ? AND "
-            f"list_contains(?, {NORMAL_TEXT}) AND sha IN (SELECT sha FROM documents WHERE status = 'ok'{scoped})",
-            [name, candidates, *params]).fetchall()}
+        found = self.folded_values(name)
         forms = []
         for text in wanted:
             other = [form for form in variants[text] if form in found]
             forms.append(other[0] if text not in found and len(other) == 1 else text)
         return forms
+
+    def folded_values(self, name: str) -> frozenset[str]:
+        """The text values of a field over the documents in scope, folded as where clauses compare them (kept while
+        the sidecar is unchanged: reading them costs a scan of the field's rows)."""
+        scoped, params = scope_condition(self.scope)
+
+        def compute() -> frozenset[str]:
+            return frozenset(text for (text,) in self.con.execute(
+                f"SELECT DISTINCT {NORMAL_TEXT} FROM {values_table(self.registry[name])} WHERE name = ? AND sha IN "
+                f"(SELECT sha FROM documents WHERE status = 'ok'{scoped})", [name, *params]).fetchall())
+
+        return _folded_values.get((self.path, self.scope, name), file_state(self.path), compute)
 
     def subquery_values(self, clause: Clause) -> tuple[Any, ...]:
         """The values a semi-join's query produces, read as the clause's field type (values that cannot be one,
@@ -660,14 +669,16 @@ class Execution:
 
 def fields_of(con: duckdb.DuckDBPyConnection, shas: list[str], registry: Mapping[str, RegistryField],
               only: str | None) -> dict[str, dict[str, dict[str, Any]]]:
-    """sha -> field name -> {value, type, origin} of these documents (queryable fields only)."""
+    """sha -> field name -> {value, type, origin} of these documents (queryable fields only; one field: read where
+    values_table says, the cheaper own_fields for a field no roster touches)."""
     if not shas:
         return {}
     found: dict[str, dict[str, dict[str, Any]]] = {}
+    cheaper = only in registry and values_table(registry[only]) == "own_fields"
+    source = "own_fields WHERE list_contains(?, sha)" if cheaper else "effective_of(?) WHERE true"
     for row in records(con.execute(
-            "SELECT sha, name, kind, text_value, number_value, origin FROM effective_of(?) "
-            "WHERE name NOT IN ('id', 'path') " + ("AND name = ? " if only else "") + "ORDER BY sha, name",
-            [shas] + ([only] if only else []))):
+            f"SELECT sha, name, kind, text_value, number_value, origin FROM {source} AND name NOT IN ('id', 'path') "
+            + ("AND name = ? " if only else "") + "ORDER BY sha, name", [shas] + ([only] if only else []))):
         spec = registry.get(row["name"])
         if spec is None:
             continue
