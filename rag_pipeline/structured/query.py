@@ -304,12 +304,17 @@ class Execution:
             params += clause_params
         return self.step(("matched", where), sql, params)
 
+    def field_rows(self, name: str) -> str:
+        """(sha, text_value, number_value, date_value) of every value of field `name`: read from the sidecar's views
+        once per request, however many clauses and queries of the tree use the field."""
+        return self.step(("field", name), "SELECT sha, text_value, number_value, date_value FROM "
+                         f"{values_table(self.registry[name])} WHERE name = ?", [name])
+
     def picked(self, where: tuple[Clause, ...], name: str) -> str:
         """(sha, path, text_value, number_value, date_value) of field `name` of the matched documents."""
         matched = self.matched(where)
-        return self.step(("picked", where, name),
-                         "SELECT f.sha, m.path, f.text_value, f.number_value, f.date_value FROM "
-                         f"{values_table(self.registry[name])} f JOIN {matched} m USING (sha) WHERE f.name = ?", [name])
+        return self.step(("picked", where, name), "SELECT f.sha, m.path, f.text_value, f.number_value, f.date_value "
+                         f"FROM {self.field_rows(name)} f JOIN {matched} m USING (sha)", [])
 
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
         return self.con.execute(sql, params or []).fetchone()[0]
@@ -325,21 +330,21 @@ class Execution:
     def clause_condition(self, clause: Clause) -> tuple[str, list[Any]]:
         """The SQL condition on documents.sha of one clause, and its parameters."""
         spec = self.registry[clause.field]
-        fields = f"SELECT sha FROM {values_table(spec)} WHERE name = ?"
-        if clause.kind == "empty":
-            return f"sha {'NOT IN' if clause.values[0] else 'IN'} ({fields})", [clause.field]
         values = self.subquery_values(clause) if clause.subquery else clause.values
+        fields = f"SELECT sha FROM {self.field_rows(clause.field)} WHERE true"
+        if clause.kind == "empty":
+            return f"sha {'NOT IN' if clause.values[0] else 'IN'} ({fields})", []
         if not values:
             return "false", []
         if clause.kind == "all" and spec.kind == "list":
             wanted = sorted(set(self.stored_forms(clause.field, values)))
             return (f"sha IN ({fields} AND list_contains(?, {NORMAL_TEXT}) GROUP BY sha "
-                    f"HAVING count(DISTINCT {NORMAL_TEXT}) = ?)"), [clause.field, wanted, len(wanted)]
+                    f"HAVING count(DISTINCT {NORMAL_TEXT}) = ?)"), [wanted, len(wanted)]
         if clause.kind in ("all", "contains"):  # substrings of a string field
             return f"sha IN ({fields} AND {' AND '.join(['contains(lower(text_value), lower(?))'] * len(values))})", \
-                [clause.field, *values]
+                list(values)
         condition, params = self.value_condition(clause, spec, values)
-        return f"sha IN ({fields} AND {condition})", [clause.field, *params]
+        return f"sha IN ({fields} AND {condition})", params
 
     def value_condition(self, clause: Clause, spec: RegistryField, values: tuple[Any, ...]) -> tuple[str, list[Any]]:
         """The condition on a field's value rows of an eq, in or range clause."""
@@ -484,18 +489,19 @@ class Execution:
         picked = self.picked(query.where, query.field)
         limit = query.limit or DEFAULT_LIMIT
         column = {"number": "number_value", "date": "date_value"}.get(kind, "text_value")
-        having = f"(SELECT * FROM {picked} WHERE {column} IS NOT NULL)"
-        documents, total = self.cited(having, limit)
-        if query.op == "count_distinct":
+        # the values aggregated: those that read as the field's type (count_distinct: every value, as distinct)
+        valued = picked if query.op == "count_distinct" else f"(SELECT * FROM {picked} WHERE {column} IS NOT NULL)"
+        documents, total = self.cited(valued, limit)
+        if query.op == "count_distinct":  # the values distinct would list: numbers and dates by value
             key = f"{column}, CASE WHEN {column} IS NULL THEN text_value END" if column != "text_value" else column
             rows = [{"count": self.scalar(f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM {picked})")}]
         elif not total:
             rows = []
         elif kind == "date":  # min or max: the date as stated
-            rows = [{"value": self.scalar(f"SELECT arg_{query.op}(text_value, date_value) FROM {having}")}]
-        else:
+            rows = [{"value": self.scalar(f"SELECT arg_{query.op}(text_value, date_value) FROM {valued}")}]
+        else:  # Kahan-Babuska summation (fsum, favg): no drift over many values
             sql = {"sum": "fsum", "avg": "favg", "min": "min", "max": "max"}[query.op]
-            rows = [{"value": tidy(self.scalar(f"SELECT {sql}(number_value) FROM {having}"))}]
+            rows = [{"value": tidy(self.scalar(f"SELECT {sql}(number_value) FROM {valued}"))}]
         return QueryResult(query.op, rows, documents, total > limit, total)
 
     def best(self, query: MetadataQuery) -> QueryResult:
