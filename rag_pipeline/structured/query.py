@@ -270,10 +270,10 @@ class QueryRunner:
 
 
 class Execution:
-    """One request's queries on one read-only connection. Each step is a temporary table: `matched` (the documents
-    a where and the scope let through) and `picked` (the values of one field of those documents), made once per
-    request and reused by every query of the tree that needs it, so the effective_fields view is evaluated once per
-    clause and once per field read."""
+    """One request's queries on one read-only connection. Each step is a temporary table, made once per request and
+    reused by every query of the tree that needs it: a field's rows (so the effective_fields view is evaluated once
+    per field), `matched` (the documents a where and the scope let through) and `picked` (the values of one field of
+    those documents)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, registry: Mapping[str, RegistryField], scope: Scope | None,
                  path: Path) -> None:
