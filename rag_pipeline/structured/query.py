@@ -104,6 +104,7 @@ class StateCache:
 
 _registries = StateCache()  # (sidecar, scope) -> registry
 _value_sets = StateCache()  # (sidecar, scope) -> named values
+_folded_values = StateCache()  # (sidecar, scope, field) -> its text values as where clauses compare them
 
 
 def file_state(path: Path) -> tuple:
@@ -265,20 +266,21 @@ class QueryRunner:
 
     def _execute(self, con: duckdb.DuckDBPyConnection, query: MetadataQuery, registry: Mapping[str, RegistryField],
                  scope: Scope | None) -> QueryResult:
-        return Execution(con, registry, scope).result(query)
+        return Execution(con, registry, scope, self.sidecar.path).result(query)
 
 
 class Execution:
-    """One request's queries on one read-only connection. Each step is a temporary table: `matched` (the documents
-    a where and the scope let through) and `picked` (the values of one field of those documents), made once per
-    request and reused by every query of the tree that needs it, so the effective_fields view is evaluated once per
-    clause and once per field read."""
+    """One request's queries on one read-only connection. Each step is a temporary table, made once per request and
+    reused by every query of the tree that needs it: a field's rows (so the effective_fields view is evaluated once
+    per field), `matched` (the documents a where and the scope let through) and `picked` (the values of one field of
+    those documents)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, registry: Mapping[str, RegistryField],
-                 scope: Scope | None) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, registry: Mapping[str, RegistryField], scope: Scope | None,
+                 path: Path) -> None:
         self.con = con
         self.registry = registry
         self.scope = scope
+        self.path = path  # the sidecar's file, whose state keys the cache of folded values
         self.steps: dict[Any, str] = {}
 
     # --- steps ---------------------------------------------------------------------------------------------------
@@ -302,12 +304,17 @@ class Execution:
             params += clause_params
         return self.step(("matched", where), sql, params)
 
+    def field_rows(self, name: str) -> str:
+        """(sha, text_value, number_value, date_value) of every value of field `name`: read from the sidecar's views
+        once per request, however many clauses and queries of the tree use the field."""
+        return self.step(("field", name), "SELECT sha, text_value, number_value, date_value FROM "
+                         f"{values_table(self.registry[name])} WHERE name = ?", [name])
+
     def picked(self, where: tuple[Clause, ...], name: str) -> str:
         """(sha, path, text_value, number_value, date_value) of field `name` of the matched documents."""
         matched = self.matched(where)
-        return self.step(("picked", where, name),
-                         "SELECT f.sha, m.path, f.text_value, f.number_value, f.date_value FROM "
-                         f"{values_table(self.registry[name])} f JOIN {matched} m USING (sha) WHERE f.name = ?", [name])
+        return self.step(("picked", where, name), "SELECT f.sha, m.path, f.text_value, f.number_value, f.date_value "
+                         f"FROM {self.field_rows(name)} f JOIN {matched} m USING (sha)", [])
 
     def scalar(self, sql: str, params: list[Any] | None = None) -> Any:
         return self.con.execute(sql, params or []).fetchone()[0]
@@ -323,21 +330,21 @@ class Execution:
     def clause_condition(self, clause: Clause) -> tuple[str, list[Any]]:
         """The SQL condition on documents.sha of one clause, and its parameters."""
         spec = self.registry[clause.field]
-        fields = f"SELECT sha FROM {values_table(spec)} WHERE name = ?"
-        if clause.kind == "empty":
-            return f"sha {'NOT IN' if clause.values[0] else 'IN'} ({fields})", [clause.field]
         values = self.subquery_values(clause) if clause.subquery else clause.values
+        fields = f"SELECT sha FROM {self.field_rows(clause.field)} WHERE true"
+        if clause.kind == "empty":
+            return f"sha {'NOT IN' if clause.values[0] else 'IN'} ({fields})", []
         if not values:
             return "false", []
         if clause.kind == "all" and spec.kind == "list":
             wanted = sorted(set(self.stored_forms(clause.field, values)))
             return (f"sha IN ({fields} AND list_contains(?, {NORMAL_TEXT}) GROUP BY sha "
-                    f"HAVING count(DISTINCT {NORMAL_TEXT}) = ?)"), [clause.field, wanted, len(wanted)]
+                    f"HAVING count(DISTINCT {NORMAL_TEXT}) = ?)"), [wanted, len(wanted)]
         if clause.kind in ("all", "contains"):  # substrings of a string field
             return f"sha IN ({fields} AND {' AND '.join(['contains(lower(text_value), lower(?))'] * len(values))})", \
-                [clause.field, *values]
+                list(values)
         condition, params = self.value_condition(clause, spec, values)
-        return f"sha IN ({fields} AND {condition})", [clause.field, *params]
+        return f"sha IN ({fields} AND {condition})", params
 
     def value_condition(self, clause: Clause, spec: RegistryField, values: tuple[Any, ...]) -> tuple[str, list[Any]]:
         """The condition on a field's value rows of an eq, in or range clause."""
@@ -373,17 +380,24 @@ class Execution:
         variants = {text: number_variants(text) for text in wanted}
         if not any(variants.values()):
             return wanted
-        candidates = sorted(set(wanted) | {form for forms in variants.values() for form in forms})
-        scoped, params = scope_condition(self.scope)
-        found = {text for (text,) in self.con.execute(
-            f"SELECT DISTINCT {NORMAL_TEXT} FROM {values_table(self.registry[name])} WHERE name = ? AND "
-            f"list_contains(?, {NORMAL_TEXT}) AND sha IN (SELECT sha FROM documents WHERE status = 'ok'{scoped})",
-            [name, candidates, *params]).fetchall()}
+        found = self.folded_values(name)
         forms = []
         for text in wanted:
             other = [form for form in variants[text] if form in found]
             forms.append(other[0] if text not in found and len(other) == 1 else text)
         return forms
+
+    def folded_values(self, name: str) -> frozenset[str]:
+        """The text values of a field over the documents in scope, folded as where clauses compare them (kept while
+        the sidecar is unchanged: reading them costs a scan of the field's rows)."""
+        scoped, params = scope_condition(self.scope)
+
+        def compute() -> frozenset[str]:
+            return frozenset(text for (text,) in self.con.execute(
+                f"SELECT DISTINCT {NORMAL_TEXT} FROM {values_table(self.registry[name])} WHERE name = ? AND sha IN "
+                f"(SELECT sha FROM documents WHERE status = 'ok'{scoped})", [name, *params]).fetchall())
+
+        return _folded_values.get((self.path, self.scope, name), file_state(self.path), compute)
 
     def subquery_values(self, clause: Clause) -> tuple[Any, ...]:
         """The values a semi-join's query produces, read as the clause's field type (values that cannot be one,
@@ -475,18 +489,19 @@ class Execution:
         picked = self.picked(query.where, query.field)
         limit = query.limit or DEFAULT_LIMIT
         column = {"number": "number_value", "date": "date_value"}.get(kind, "text_value")
-        having = f"(SELECT * FROM {picked} WHERE {column} IS NOT NULL)"
-        documents, total = self.cited(having, limit)
-        if query.op == "count_distinct":
+        # the values aggregated: those that read as the field's type (count_distinct: every value, as distinct)
+        valued = picked if query.op == "count_distinct" else f"(SELECT * FROM {picked} WHERE {column} IS NOT NULL)"
+        documents, total = self.cited(valued, limit)
+        if query.op == "count_distinct":  # the values distinct would list: numbers and dates by value
             key = f"{column}, CASE WHEN {column} IS NULL THEN text_value END" if column != "text_value" else column
             rows = [{"count": self.scalar(f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM {picked})")}]
         elif not total:
             rows = []
         elif kind == "date":  # min or max: the date as stated
-            rows = [{"value": self.scalar(f"SELECT arg_{query.op}(text_value, date_value) FROM {having}")}]
-        else:
+            rows = [{"value": self.scalar(f"SELECT arg_{query.op}(text_value, date_value) FROM {valued}")}]
+        else:  # Kahan-Babuska summation (fsum, favg): no drift over many values
             sql = {"sum": "fsum", "avg": "favg", "min": "min", "max": "max"}[query.op]
-            rows = [{"value": tidy(self.scalar(f"SELECT {sql}(number_value) FROM {having}"))}]
+            rows = [{"value": tidy(self.scalar(f"SELECT {sql}(number_value) FROM {valued}"))}]
         return QueryResult(query.op, rows, documents, total > limit, total)
 
     def best(self, query: MetadataQuery) -> QueryResult:
@@ -660,14 +675,16 @@ class Execution:
 
 def fields_of(con: duckdb.DuckDBPyConnection, shas: list[str], registry: Mapping[str, RegistryField],
               only: str | None) -> dict[str, dict[str, dict[str, Any]]]:
-    """sha -> field name -> {value, type, origin} of these documents (queryable fields only)."""
+    """sha -> field name -> {value, type, origin} of these documents (queryable fields only; one field: read where
+    values_table says, the cheaper own_fields for a field no roster touches)."""
     if not shas:
         return {}
     found: dict[str, dict[str, dict[str, Any]]] = {}
+    cheaper = only in registry and values_table(registry[only]) == "own_fields"
+    source = "own_fields WHERE list_contains(?, sha)" if cheaper else "effective_of(?) WHERE true"
     for row in records(con.execute(
-            "SELECT sha, name, kind, text_value, number_value, origin FROM effective_of(?) "
-            "WHERE name NOT IN ('id', 'path') " + ("AND name = ? " if only else "") + "ORDER BY sha, name",
-            [shas] + ([only] if only else []))):
+            f"SELECT sha, name, kind, text_value, number_value, origin FROM {source} AND name NOT IN ('id', 'path') "
+            + ("AND name = ? " if only else "") + "ORDER BY sha, name", [shas] + ([only] if only else []))):
         spec = registry.get(row["name"])
         if spec is None:
             continue

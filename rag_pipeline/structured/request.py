@@ -195,7 +195,7 @@ class _Parser:
             if name is not None:
                 check_field(name, self.registry, key)
         query = MetadataQuery(op, names["field"], names["by"], clauses, limit, names["return"], findings=findings)
-        given = {"field": query.field, "by": query.by, "where": clauses or None, "queries": None}
+        given = {"field": query.field, "by": query.by, "where": clauses or None}
         for group in operation.required:
             if all(given[argument] is None for argument in group):
                 if group == ("where",):
@@ -400,10 +400,10 @@ def with_clauses(query: MetadataQuery, clauses: tuple[Clause, ...]) -> MetadataQ
     """`query` with `clauses` ANDed to it and to every query inside it (what a request's filters bound)."""
     if not clauses:
         return query
-    where = tuple(replace(clause, subquery=with_clauses(clause.subquery, clauses)) if clause.subquery else clause
-                  for clause in query.where)
     if query.op in SET_OPERATIONS:
         return replace(query, queries=tuple(with_clauses(part, clauses) for part in query.queries))
+    where = tuple(replace(clause, subquery=with_clauses(clause.subquery, clauses)) if clause.subquery else clause
+                  for clause in query.where)
     return replace(query, where=where + clauses)
 
 

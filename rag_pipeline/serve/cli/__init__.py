@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     metadata = commands.add_parser(
         "query", parents=[common], help=f"exact answers over document fields: {', '.join(OPERATION_NAMES)} (no SQL: "
                                         "typed operations on allowlisted fields)")
-    metadata.add_argument("op", nargs="?", choices=OPERATION_NAMES, help=operation_help())
+    metadata.add_argument("op", nargs="?", choices=OPERATION_NAMES, metavar="OP", help=operation_help())
     metadata.add_argument("--field", default=None, help="the field of distinct, top_n (largest first), list and "
                                                         "lookup (only that field), sum, avg, min, max, count_distinct, "
                                                         "argmax and argmin")
