@@ -29,11 +29,11 @@ from typing import Any
 import yaml
 
 from rag_pipeline import components
-from rag_pipeline.chat.memory import LOCAL_OWNER
+from rag_pipeline.chat.memory import LOCAL_OWNER, ChatMemory
 from rag_pipeline.chat.turn import ChatService
 from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.llm import build_llm
-from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.sidecar import ChatStore, Sidecar
 
 # The business terms of the dataset's README, as a user declares them (the field names each corpus states).
 TERMS = {
@@ -102,6 +102,7 @@ def run(corpus: str, sources: Path, work: Path, questions: list[dict[str, Any]],
     retriever = components.open_retriever(settings, semantic_cache=False)
     try:
         service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
+                              ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
                               build_llm(settings) if agent else None)
         outcomes, latencies, by_type = Counter(), [], defaultdict(Counter)
         missed = []

@@ -24,7 +24,7 @@ from rag_pipeline.evaluate.golden import load_golden
 from rag_pipeline.llm import build_llm
 from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
-from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.sidecar import ChatStore, Sidecar
 from rag_pipeline.structured.query import QueryRunner, load_registry, named_values
 from rag_pipeline_tests.fake_ollama import FakeOllama
 from rag_pipeline_tests.fake_openai import FakeOpenAI
@@ -42,7 +42,7 @@ def service(catalog: Settings) -> Iterator[Callable[..., ChatService]]:
 
     def make(settings: Settings = catalog) -> ChatService:
         return ChatService(settings, components.answerer(catalog, retriever), Sidecar(catalog.sidecar_path),
-                           build_llm(settings))
+                           ChatMemory(ChatStore.beside(catalog.sidecar_path), 30), build_llm(settings))
 
     yield make
     retriever.close()
@@ -101,20 +101,20 @@ def test_follow_ups_keep_the_previous_filters(service: Callable[..., ChatService
     third = chat.turn("what about the racing ones?", LOCAL_OWNER, first["session_id"])  # a new value replaces none
     assert third["trajectory"][0]["args"]["where"]["genre"] == "racing"
     assert third["trajectory"][0]["args"]["where"]["status"] == "cancelled"
-    turns = ChatMemory(Sidecar(catalog.sidecar_path), 30).turns(first["session_id"], LOCAL_OWNER)
+    turns = ChatMemory(ChatStore.beside(catalog.sidecar_path), 30).turns(first["session_id"], LOCAL_OWNER)
     assert [turn["turn"] for turn in turns] == [1, 2, 3] and turns[1]["record"]["exit_reason"] == "planned"
 
 
 def test_memory_belongs_to_its_owner_and_expires(tmp_path: Path) -> None:
-    sidecar = Sidecar(tmp_path / "sidecar.duckdb")
-    memory = ChatMemory(sidecar, retention_days=30)
+    store = ChatStore.beside(tmp_path / "sidecar.duckdb")
+    memory = ChatMemory(store, retention_days=30)
     session, history = memory.session(None, "alice")
     assert history == [] and memory.save(session, "alice", "hi", "hello", {"filters": {}}) == 1
     with pytest.raises(NotFound):
         memory.turns(session, "bob")
     with pytest.raises(NotFound):
         memory.save(session, "bob", "mine now?", "no", {})
-    expiring = ChatMemory(sidecar, retention_days=1e-9)
+    expiring = ChatMemory(store, retention_days=1e-9)
     other, _ = expiring.session(None, "carol")
     expiring.save(other, "carol", "x", "y", {})  # saving prunes sessions idle for longer than the retention
     with pytest.raises(NotFound):
@@ -284,7 +284,8 @@ def test_injected_field_values_are_flagged_in_observations(tmp_path: Path, monke
     ingest(data_dir=settings.data_dir)
     retriever = components.open_retriever(settings)
     try:
-        chat = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path), None)
+        chat = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
+                           ChatMemory(ChatStore.beside(settings.sidecar_path), 30), None)
         done = chat.turn("Which puzzle documents are there?", LOCAL_OWNER)
     finally:
         retriever.close()
@@ -391,7 +392,7 @@ def test_the_compose_step_may_not_invent_numbers_or_documents(service: Callable[
 def test_concurrent_turns_of_one_session(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    memory = ChatMemory(Sidecar(tmp_path / "sidecar.duckdb"), 30)
+    memory = ChatMemory(ChatStore.beside(tmp_path / "sidecar.duckdb"), 30)
     session, _ = memory.session(None, "key:alice")
     memory.save(session, "key:alice", "first", "answer", {})
     with ThreadPoolExecutor(8) as pool:

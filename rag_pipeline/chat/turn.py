@@ -22,12 +22,13 @@ MAX_MESSAGE_CHARS = 4000
 
 
 class ChatService:
-    def __init__(self, settings: Settings, answerer: Answerer, sidecar: Sidecar, llm: ChatModel | None) -> None:
+    def __init__(self, settings: Settings, answerer: Answerer, sidecar: Sidecar, memory: ChatMemory,
+                 llm: ChatModel | None) -> None:
         self.settings = settings
         self.answerer = answerer
         self.sidecar = sidecar
+        self.memory = memory
         self.llm = llm
-        self.memory = ChatMemory(sidecar, settings.chat_retention_days)
         self.runner = QueryRunner(settings, sidecar)
 
     def stream(self, message: str, owner: str, session_id: str | None = None, filters: Filters | None = None,

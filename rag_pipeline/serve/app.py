@@ -51,7 +51,7 @@ from rag_pipeline.serve.middleware.prometheus import Metrics, RequestMetrics
 from rag_pipeline.serve.routes import conversation, documents, metadata, ops, search
 from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
-from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.sidecar import ChatStore, Sidecar
 from rag_pipeline.structured.query import QueryRunner
 
 
@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     services = Services(
         settings=settings, runtime=Runtime(settings, retriever), metrics=Metrics(),
         ingest_jobs=IngestJobs(settings.data_dir), sidecar=sidecar, query_runner=QueryRunner(settings, sidecar),
-        chat_memory=ChatMemory(sidecar, settings.chat_retention_days),
+        chat_memory=ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
         search_threads=CapacityLimiter(settings.api_search_threads), auth=Auth(settings))
 
     @contextlib.asynccontextmanager

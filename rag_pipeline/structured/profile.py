@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
-from rag_pipeline.structured.query import StateCache, file_state, scope_condition
+from rag_pipeline.structured.query import StateCache, declarations_state, scope_condition
 
 MAX_CLASSES = 40  # a field with more distinct values does not name classes of documents
 MIN_CLASS_SHARE = 0.25  # ... nor one that fewer than this share of the documents have
@@ -80,8 +79,8 @@ _profiles = StateCache()
 
 def corpus_profile(settings: Settings, sidecar: Sidecar, scope: Scope | None = None) -> Profile:
     """The profile of the documents `scope` lets a key see, reused while the sidecar and sources file are unchanged."""
-    state = (file_state(sidecar.path), file_state(Path(settings.sources_file)) if settings.sources_file else None)
-    return _profiles.get((sidecar.path, scope), state, lambda: build_profile(sidecar, scope))
+    return _profiles.get((sidecar.path, scope), declarations_state(settings, sidecar.path),
+                         lambda: build_profile(sidecar, scope))
 
 
 def build_profile(sidecar: Sidecar, scope: Scope | None) -> Profile:

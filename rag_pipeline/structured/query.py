@@ -118,22 +118,29 @@ def file_state(path: Path) -> tuple:
     return stat(path), stat(path.with_name(path.name + ".wal"))
 
 
+def declarations_state(settings: Settings, path: Path) -> tuple:
+    """What changes when the sidecar at `path` or the declarations (the sources file) change."""
+    return file_state(path), file_state(Path(settings.sources_file)) if settings.sources_file else None
+
+
 def registry_of(con: duckdb.DuckDBPyConnection, settings: Settings, path: Path,
                 scope: Scope | None = None) -> dict[str, RegistryField]:
     """The registry over `con` (the sidecar at `path`): the stored fields of the documents `scope` lets a key see
     (and every declared one); reused while neither the sidecar nor the declarations changed, since it costs a scan
     of every field row."""
-    state = (file_state(path), file_state(Path(settings.sources_file)) if settings.sources_file else None)
     scoped, params = scope_condition(scope)
-    return _registries.get((path, scope), state, lambda: build_registry(
+    return _registries.get((path, scope), declarations_state(settings, path), lambda: build_registry(
         records(con.execute(REGISTRY_SQL.format(scope=scoped), params)), declared_fields(settings)))
 
 
 def load_registry(settings: Settings, sidecar: Sidecar, scope: Scope | None = None) -> dict[str, RegistryField]:
     """The fields the query tool accepts: built-ins, stored fields (stated, enriched, roster columns of joined
-    documents; of the documents in `scope`) and declared ones (minus queryable: false)."""
-    with sidecar.read_only() as con:
-        return registry_of(con, settings, sidecar.path, scope)
+    documents; of the documents in `scope`) and declared ones (minus queryable: false). A connection is opened
+    only when the cached registry is out of date."""
+    def compute() -> dict[str, RegistryField]:
+        with sidecar.read_only() as con:
+            return registry_of(con, settings, sidecar.path, scope)
+    return _registries.get((sidecar.path, scope), declarations_state(settings, sidecar.path), compute)
 
 
 MAX_NAMED_VALUES = 300  # fields with more distinct values are not offered to the planner as nameable values

@@ -137,13 +137,15 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
 def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     """One turn (or a REPL with readline editing and history), through the same service as POST /chat."""
     from rag_pipeline import components
+    from rag_pipeline.chat.memory import ChatMemory
     from rag_pipeline.chat.turn import ChatService
     from rag_pipeline.llm import build_llm
-    from rag_pipeline.sidecar import Sidecar
+    from rag_pipeline.sidecar import ChatStore, Sidecar
 
     retriever = components.open_retriever(settings)
     try:
         service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
+                              ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
                               build_llm(settings))
         session = args.session
         if args.message is not None:
