@@ -8,7 +8,8 @@ the operations (rag_pipeline_tests/fake_openai.py, speaking the real HTTP protoc
 answer" / wrong per corpus and question type, and the latency per question (p50/p95).
 
 The only configuration given is the user's: the dataset's README defines "major" (a city of more than 150,000
-people, a river longer than 750 km), declared once as business terms in each corpus's sources file.
+people, a river longer than 750 km), declared once as business terms in each corpus's sources file, with the names
+of the whole collection ("in the us" filters nothing).
 
     .venv/bin/python bench/bench_exact.py --datasets ../shared/datasets [--corpus corpus_fm,corpus] [--limit N]
         [--work .bench/exact] [--json PATH] [--misses]
@@ -35,10 +36,13 @@ from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.llm import build_llm
 from rag_pipeline.sidecar import ChatStore, Sidecar
 
-# The business terms of the dataset's README, as a user declares them (the field names each corpus states).
+# The business terms of the dataset's README, as a user declares them (the field names each corpus states), and the
+# names of the whole collection (its subject, the United States).
+COLLECTION = {name: "all" for name in ("united states", "united states of america", "us", "usa", "america",
+                                       "country", "nation")}
 TERMS = {
-    "corpus_fm": {"major city": "population > 150000", "major river": "length_km > 750"},
-    "corpus": {"major city": "population > 150000", "major river": "length_km > 750"},
+    "corpus_fm": {"major city": "population > 150000", "major river": "length_km > 750", **COLLECTION},
+    "corpus": {"major city": "population > 150000", "major river": "length_km > 750", **COLLECTION},
 }
 CANNOT = "I can't answer that exactly"
 

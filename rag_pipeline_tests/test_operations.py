@@ -9,15 +9,16 @@ import argparse
 
 import pytest
 
-from rag_pipeline.chat import planner
 from rag_pipeline.chat.agent import SYSTEM
 from rag_pipeline.chat.compose import SENTENCES, describe
+from rag_pipeline.chat.lexicon import Lexicon
 from rag_pipeline.evaluate.chat_eval import FORM_OF_OP
 from rag_pipeline.serve.cli import build_parser
 from rag_pipeline.serve.models import QueryRequest
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.operations import ARGUMENT_HELP, NAMES, OPERATIONS, arguments_schema, operation_help
+from rag_pipeline.structured.profile import Profile
 from rag_pipeline.structured.query import QueryRunner
 
 
@@ -53,14 +54,22 @@ def test_the_composer_and_the_evaluation_know_every_operation() -> None:
     assert set(SENTENCES) == set(NAMES) == set(FORM_OF_OP)
 
 
-PLANNER_PATTERNS = {"count": planner._COUNT, "top_n": planner._TOP, "group_by": planner._GROUP}
+# How the question reader hears each operation it plans: its lexicon's kind of span, and for rankings the direction.
+HEARD_AS = {"count": ("count", None), "sum": ("sum", None), "avg": ("avg", None), "group_by": ("grouping", None),
+            "argmax": ("superlative", "max"), "top_n": ("superlative", "max"), "max": ("superlative", "max"),
+            "argmin": ("superlative", "min"), "min": ("superlative", "min")}
 
 
-@pytest.mark.parametrize("operation", [operation for operation in OPERATIONS if operation.name in PLANNER_PATTERNS],
+@pytest.mark.parametrize("operation", [operation for operation in OPERATIONS if operation.name in HEARD_AS],
                          ids=lambda operation: operation.name)
 def test_the_planner_hears_every_cue(operation) -> None:
+    lexicon = Lexicon(Profile(0, {}, [], {}, {}, {}, [], {}, {}), {}, ())
+    kind, direction = HEARD_AS[operation.name]
     for cue in operation.cues:
-        assert PLANNER_PATTERNS[operation.name].search(f"{cue} type of the documents"), cue
+        words = cue.removeprefix("the ")
+        readings = dict(lexicon.readings(words, len(words.split())))
+        assert kind in readings, cue
+        assert direction is None or readings[kind][0] == direction, cue
 
 
 def test_every_operation_has_cues_and_an_example() -> None:

@@ -43,6 +43,9 @@ from rag_pipeline.structured.operations import operation_help
 ANSWERED, CAP_REACHED, FALLBACK, PLANNED = "answered", "cap_reached", "fallback", "planned"
 CANNOT = "cannot_answer"  # an exact question that could not be mapped with confidence
 CANNOT_TEXT = "I can't answer that exactly"
+# Operations that ask for a value: no row is not an answer ("the highest mountain in a state" when no mountain
+# document names the state is unknown here, not "none").
+VALUE_OPS = ("argmax", "argmin", "lookup", "min", "max", "avg")
 BACK_REFERENCE = re.compile(r"\b(those|these|them|of those|the same|ones)\b", re.IGNORECASE)
 FOLLOW_UP = re.compile(r"^\s*(and|also|what about|how about)\b|\b(those|these|them|they|of those|the same|that one)\b",
                        re.IGNORECASE)
@@ -240,6 +243,11 @@ class ChatAgent:
         observation = self.tools.run(action.tool, action.args)
         if observation.result is not None and action.alternatives:
             observation = self._agreed(action, observation, result)
+        if observation.result is not None and action.args.get("op") in VALUE_OPS \
+                and answer_value(observation.result, action.args) in (None, []):
+            reason = "no document has the value asked for"
+            result.cannot.append(reason)
+            observation = Observation(QUERY_METADATA, observation.args, f"refused: {reason}", error=reason)
         gathered.observations.append(observation)
         step = Step(action.tool, observation.args, observation.summary, observation.ms, observation.error is not None)
         result.trajectory.append(step)

@@ -19,12 +19,20 @@ import numpy as np
 from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.fields.terms import Term
 from rag_pipeline.ingest.formats import FORMATS
+from rag_pipeline.structured.operations import BY_NAME
 from rag_pipeline.structured.profile import Profile, normal, singular
 
 # Unit suffixes a field name may end with: `length_km` measures length in km.
 UNITS = {"km": "km", "km2": "km²", "m": "m", "mi": "miles", "miles": "miles", "sq_miles": "square miles",
          "sq_km": "km²", "usd": "USD", "eur": "EUR", "k": "thousand", "kg": "kg", "g": "g", "pct": "%",
          "percent": "%", "ms": "ms", "s": "s", "h": "h", "ft": "ft", "cm": "cm", "mm": "mm"}
+# Units of measure a question may ask in (general English): known words, so a question in them is an exact one.
+UNIT_WORDS = frozenset((
+    "km", "kilometer", "kilometers", "kilometre", "kilometres", "mile", "miles", "meter", "meters", "metre",
+    "metres", "m", "feet", "foot", "ft", "yard", "yards", "inch", "inches", "cm", "mm", "square", "sq", "acre",
+    "acres", "hectare", "hectares", "km2", "kg", "kilogram", "kilograms", "gram", "grams", "pound", "pounds",
+    "lb", "lbs", "ton", "tons", "tonne", "tonnes", "liter", "liters", "litre", "litres", "gallon", "gallons",
+    "dollar", "dollars", "usd", "euro", "euros", "eur"))  # not time: "how many days did the trial last" is a text's
 # What an adjective measures (general English): "the longest X" ranks X by length.
 QUANTITIES: dict[str, tuple[str, ...]] = {
     "size": ("size", "area", "surface", "extent"),
@@ -49,7 +57,7 @@ SUPERLATIVES: dict[str, tuple[str, str | None]] = {  # word -> (max or min, the 
     "deepest": ("max", "depth"), "heaviest": ("max", "weight"), "lightest": ("min", "weight"),
     "most expensive": ("max", "price"), "cheapest": ("min", "price"), "least expensive": ("min", "price"),
     "oldest": ("min", "age"), "earliest": ("min", "age"), "newest": ("max", "age"), "latest": ("max", "age"),
-    "most recent": ("max", "age"), "most recently": ("max", "age"), "fastest": ("max", "speed"),
+    "most recent": ("max", "age"), "most recently": ("max", "age"), "last": ("max", "age"), "fastest": ("max", "speed"),
     "slowest": ("min", "speed"), "most": ("max", None), "fewest": ("min", None), "least": ("min", None),
     "top": ("max", None), "maximum": ("max", None), "minimum": ("min", None), "max": ("max", None),
     "min": ("min", None),
@@ -73,18 +81,17 @@ COMPARATIVES = {"more than": "gt", "greater than": "gt", "over": "gt", "above": 
                 "larger than": "gt", "higher than": "gt", "longer than": "gt", "at least": "gte",
                 "less than": "lt", "fewer than": "lt", "under": "lt", "below": "lt", "smaller than": "lt",
                 "lower than": "lt", "shorter than": "lt", "at most": "lte", "no more than": "lte"}
-COUNTING = ("how many", "number of", "count of", "count", "how much")
-SUMMING = ("total", "sum of", "sum", "combined", "altogether", "in all")
-AVERAGING = ("average", "mean", "avg")
+COUNTING = BY_NAME["count"].cues
+SUMMING = BY_NAME["sum"].cues
+AVERAGING = BY_NAME["avg"].cues
 NEGATIONS = ("no", "not", "none", "without", "except", "excluding", "other than", "never")
-# Phrases that name the whole collection: "in the us", "in the catalogue" filter nothing.
-SCOPES = ("in the us", "in the usa", "in the united states", "in the united states of america", "in america",
-          "of the us", "of the usa", "of the united states", "in the country", "in the nation", "in the world",
-          "in us", "in usa", "the us", "the usa", "the united states", "the country", "the nation", "in the catalogue",
-          "in the catalog", "in the collection", "in the corpus", "in total", "overall", "of all", "in all",
-          "there", "all", "usa", "us", "america", "the catalogue", "the catalog", "catalogue", "catalog",
-          "the collection", "collection", "the corpus", "corpus", "the index", "we have", "do we have",
-          "in united states", "of united states", "united states")
+# Phrases that name the whole collection: "in the catalogue", "overall" filter nothing. What else names it (a
+# country, a company) is the corpus's to say: a term declared as `all` in the sources file (fields/terms.py).
+SCOPES = ("in the catalogue", "in the catalog", "in the collection", "in the corpus", "in total", "overall", "of all",
+          "in all", "there", "all", "the catalogue", "the catalog", "catalogue", "catalog", "the collection",
+          "collection", "the corpus", "corpus", "the index", "we have", "do we have")
+SCOPE_PREFIXES = ("", "the ", "in ", "in the ", "of ", "of the ", "across ", "across the ", "throughout ",
+                  "throughout the ")
 GENERIC_NOUNS = ("document", "documents", "doc", "docs", "file", "files", "item", "items", "entry", "entries",
                  "record", "records", "one", "ones", "page", "pages", "note", "notes")
 QUESTION_WORDS = ("what", "which", "who", "whom", "where", "when", "whats", "what's", "name", "names", "list",
@@ -125,8 +132,7 @@ NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, 
 MONTHS = {month: number for number, month in enumerate(
     "january february march april may june july august september october november december".split(), start=1)}
 DATE_COMPARATIVES = {"after": "gt", "since": "gte", "before": "lt", "until": "lte", "till": "lte"}
-GROUPING = ("per", "for each", "for every", "of each", "by each", "broken down by", "grouped by", "split by",
-            "breakdown by", "each")
+GROUPING = BY_NAME["group_by"].cues
 MEANING_THRESHOLD = 0.55  # cosine between a word and a field name for the word to name the field by meaning
 
 
@@ -144,6 +150,10 @@ class Span:
 
     def get(self, kind: str) -> Any:
         return next((detail for reading, detail in self.readings if reading == kind), None)
+
+    def known(self) -> bool:
+        """Whether the corpus or the question grammar gives the words any meaning (not only a plain word)."""
+        return any(kind != "word" for kind, _ in self.readings)
 
 
 @dataclass
@@ -272,7 +282,10 @@ class Lexicon:
             if text in words:
                 found.append((kind, text))
         for term in self.terms:
-            if text == term.phrase or (size == len(term.words) - 1 and text == " ".join(term.words[:-1])):
+            if not term.where:  # a name of the whole collection
+                if any(text == prefix + term.phrase for prefix in SCOPE_PREFIXES):
+                    found.append(("scope", text))
+            elif text == term.phrase or (size == len(term.words) - 1 and text == " ".join(term.words[:-1])):
                 found.append(("term", term))
         number = re.fullmatch(r"(\d+(?:\.\d+)?)(k|m|bn)?", text)
         if number:
@@ -312,6 +325,8 @@ class Lexicon:
             found.append(("question", text))
         if size == 1 and text in HOW_ADJECTIVES:
             found.append(("how", HOW_ADJECTIVES[text]))
+        if size == 1 and text in UNIT_WORDS and not found:
+            found.append(("unit", text))
         return found
 
     # --- fields by meaning --------------------------------------------------------------------------------------

@@ -36,8 +36,8 @@ _CLAUSE = re.compile(r"(?:;|,?\s+and\s+(?=(?:then\s+)?(?:for|describe|explain|wh
                      r"who|where|when|which|list|show|give)\b))", re.IGNORECASE)
 # Words that make a question ask for an exact answer (a count, a total, a ranking, a breakdown).
 EXACT_KINDS = ("count", "sum", "avg", "superlative", "grouping", "comparative")
-# An exact question with more unexplained words than this is about the text, not the fields ("what did the team
-# call the level generator"): it is searched, not refused.
+# An exact question with more words than this that the corpus does not know is about the text, not the fields
+# ("how many sessions did the team run"): it is searched, not refused.
 MAX_UNMAPPED_WORDS = 2
 
 
@@ -99,7 +99,7 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
         queries = list({json.dumps(compile_reading(reading, reader), sort_keys=True): compile_reading(reading, reader)
                         for reading in readings}.values())
     except Unmapped as unmapped:
-        if asks_exactly(clause, reader.lexicon) and len(unmapped.words) <= MAX_UNMAPPED_WORDS:
+        if asks_exactly(clause, reader.lexicon) and len(unmapped.unknown) <= MAX_UNMAPPED_WORDS:
             return Action(CANNOT_ANSWER, {"question": clause, "reason": str(unmapped)})
         return search(clause, catalog)
     return Action(QUERY_METADATA, queries[0], tuple(queries[1:]))
@@ -114,14 +114,16 @@ def asks_exactly(clause: str, lexicon: Lexicon) -> bool:
     named_thing = any(span.has("value") or (span.has("class") and span.get("class") is not None) for span in spans)
     if named_field and named_thing and spans and (spans[0].has("question") or spans[0].text == "how"):
         return True
+    if named_field and spans and spans[0].has("question") and any(span.has("scope") for span in spans):
+        return True  # "where is the lowest point in the country"
     if spans and spans[0].has("question") and any(span.has("class") and span.get("class") is not None
-                                                  for span in spans[1:5]):
+                                                  for span in spans[1:7]):
         return True  # "show me all the major lakes", "which rivers ..."
     for index, span in enumerate(spans):
         if any(span.has(kind) for kind in EXACT_KINDS):
             following = spans[index + 1: index + 4]
             if any(item.has("class") or item.has("field") or item.has("quantity") or item.has("value")
-                   for item in following):
+                   or item.has("unit") for item in following):
                 return True
     return False
 

@@ -23,6 +23,7 @@ from typing import Any
 from rag_pipeline.chat.lexicon import (
     EMPTY_VERBS,
     HOW_ADJECTIVES,
+    QUESTION_WORDS,
     RELATION_SYNONYMS,
     RELATION_WORDS,
     STOP,
@@ -39,15 +40,18 @@ EVERY = 1000  # the rows a list or set answer asks for: all of them (the query t
 MAX_READINGS = 12  # readings made of one question (each costs a few milliseconds of queries)
 NOT_ASKABLE = ("id", "path", "chars", "pages", "ingested_at", "name")
 DATES = ("date",)
+COPULAS = ("is", "are", "was", "were")
 
 
 class Unmapped(Exception):
     """The question cannot be mapped with confidence; the message says what could not be mapped (`words`: the
-    question's words nothing explains, when that is the reason)."""
+    question's words the reading leaves unexplained, when that is the reason; `unknown`: those of them the corpus
+    does not know at all, neither as a field, a value, a class nor a question word)."""
 
-    def __init__(self, message: str, words: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str, words: tuple[str, ...] = (), unknown: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.words = words
+        self.unknown = unknown
 
 
 class Ambiguous(Exception):
@@ -90,7 +94,7 @@ class Reader:
 
     def readings(self, question: str) -> list[Reading]:
         """Every reading of the question (at most MAX_READINGS); Unmapped when there is none."""
-        spans = self.lexicon.spans(self.lexicon.tokens(question))
+        spans = self.lexicon.spans(self.fronted(self.lexicon.tokens(question)))
         pending: list[dict[str, Any]] = [{}]
         found: list[Reading] = []
         refusals: list[Unmapped] = []
@@ -111,6 +115,22 @@ class Reader:
         if not found:
             raise refusals[0] if refusals else Unmapped("the question can be read in too many ways")
         return found
+
+    def fronted(self, tokens: list[str]) -> list[str]:
+        """A question asked after a statement ("sacramento is the capital of which state") in the usual order
+        ("which state is sacramento the capital of")."""
+        klass = self.profile.class_of_value
+        if len(tokens) > 4 and tokens[0] in ("which", "what") and tokens[2] in COPULAS and tokens[3] == "the" \
+                and klass(tokens[1]) is not None and klass(tokens[1]) == klass(tokens[4]):
+            return tokens[3:]  # "what state is the state with the most rivers": the state with the most rivers
+        copulas = [index for index, token in enumerate(tokens) if token in COPULAS]
+        for index in range(1, len(tokens) - 1):
+            if tokens[index] in ("which", "what") and self.profile.class_of_value(tokens[index + 1]) is not None \
+                    and copulas and copulas[0] < index and tokens[0] not in QUESTION_WORDS:
+                copula = copulas[0]
+                return tokens[index: index + 2] + [tokens[copula]] + tokens[:copula] + tokens[copula + 1: index] \
+                    + tokens[index + 2:]
+        return tokens
 
     # --- the corpus's facts ----------------------------------------------------------------------------------
     def class_field(self, klass: str) -> str:
@@ -234,8 +254,10 @@ class Parse:
         if not self.spans:
             raise Unmapped("the question is empty")
         answer, asked, how = "values", None, None
+        said_before: list[str] = []  # relation words before anything else ("what are the neighboring states")
         while self.filler(self.peek()) and self.peek().text not in ("how", "where"):
-            self.take()
+            if (text := self.take().text) in RELATION_WORDS and text not in PREPOSITIONS:
+                said_before.append(text)
         span = self.peek()
         if span is not None and span.text == "how":
             self.take()
@@ -265,7 +287,7 @@ class Parse:
             asked = ("where",)
         else:
             asked = self.asked_field(required=False)  # "how high is the highest point of ...": its field
-        self.pending = " ".join(word for word in self.skip_filler().split() if word not in PREPOSITIONS)
+        self.pending = " ".join(said_before + [word for word in self.skip_filler().split() if word not in PREPOSITIONS])
         selection = self.selection(optional=asked is not None)
         self.modifiers(selection)
         grouped = self.tail(selection)
@@ -292,10 +314,24 @@ class Parse:
                 reading.answer, reading.field = "groups", listed[0]
         if reading.answer == "values" and reading.field is not None and self.aggregate_said is not None:
             reading.answer = self.aggregate_said  # "the area of all the states combined"
+        if self.counting and reading.answer == "values" and asked is not None and asked[0] == "quantity" \
+                and not selection.named and selection.rank is None and reading.field is not None:
+            self.total_of_many(reading)  # "how many people live in the country": a total
         if reading.answer in ("sum", "avg") and (reading.field is None or self.reader.kind(reading.field) != "number"):
             raise Unmapped(f"{reading.field!r} is not a number to add up")
         self.check_explained()
         return reading
+
+    def total_of_many(self, reading: Reading) -> None:
+        """'How many <quantity>' of documents no value names: the total of the field over them, over one class
+        (several classes with the field are several readings: a total over all of them would add up overlaps)."""
+        selection = reading.selection
+        reading.answer = "sum"
+        if selection.klass is None:
+            having = [klass for klass, present in self.reader.profile.classes.items() if reading.field in present
+                      and klass != UNCLASSED]
+            if having:
+                selection.klass = self.choose(f"total@{reading.field}", sorted(having))
 
     def ranked_by_name(self, reading: Reading) -> None:
         """A field whose name is a superlative ('highest point') asked of several documents: the one whose
@@ -444,10 +480,12 @@ class Parse:
         """Every word is part of the reading, filler, or a word of a used field's declared synonyms."""
         used_fields = {name for index in self.used for name in (self.spans[index].get("field") or [])}
         vocabulary = set().union(*(self.lexicon.synonym_words.get(name, set()) for name in used_fields))
-        unexplained = [span.text for index, span in enumerate(self.spans)
+        unexplained = [span for index, span in enumerate(self.spans)
                        if index not in self.used and not self.filler(span) and singular(span.text) not in vocabulary]
         if unexplained:
-            raise Unmapped(f"could not map {', '.join(repr(text) for text in unexplained)}", tuple(unexplained))
+            raise Unmapped(f"could not map {', '.join(repr(span.text) for span in unexplained)}",
+                           tuple(span.text for span in unexplained),
+                           tuple(span.text for span in unexplained if not span.known()))
 
     # --- sets of documents -----------------------------------------------------------------------------------
     def selection(self, optional: bool = False) -> Selection:
@@ -1068,6 +1106,10 @@ class Parse:
         reverse = [] if ranking else [("reverse", name) for (klass, name), target in sorted(references.items())
                                       if klass == inner.klass and target == outer.klass]
         named = [option for option in forward + reverse if self.reader.named_by(relation, [option[1]])]
+        if not named and self.reader.named_by(relation, self.reader.fields_of(outer.klass, ("string", "list"))):
+            # "states that border the longest river": the relation said names a field that does not hold rivers
+            raise Unmapped(f"{relation!r} does not relate the {inner.klass or 'documents'} to the "
+                           f"{outer.klass or 'documents'}")
         options = named or [option for option in forward + reverse if self.reader.class_named(option[1])]
         if not options:
             raise Unmapped(f"how the {inner.klass or 'documents'} relate to the {outer.klass or 'documents'}")

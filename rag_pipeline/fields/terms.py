@@ -5,6 +5,8 @@
       major river: length_km > 750
       bestseller: copies_sold >= 1000000   # a term alone: documents that satisfy the condition
       flagship: status = released          # = for a value (case-insensitive), != is not offered
+      the united states: all               # a name of the whole collection: "rivers in the united states" filters
+                                           # nothing ("in", "of", "across" and "the" before it too)
 
 A condition is FIELD OP VALUE with OP one of > >= < <= =, or several joined by "and". When the term's last word
 names a class of documents in the corpus (city, river, contract), the words before it qualify that class; otherwise
@@ -27,6 +29,7 @@ from rag_pipeline.sources_file import read_sources_file
 
 _CONDITION = re.compile(r"\s*([a-z][a-z0-9_]*)\s*(>=|<=|>|<|=)\s*(.+?)\s*$")
 OPERATORS = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+ALL = "all"  # the condition of a term that names the whole collection
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,11 @@ class Term:
 
 
 def parse_condition(text: str, where: str) -> dict[str, Any]:
-    """`population > 150000 and state = Texas` as where clauses; ConfigError naming `where` when it is not one."""
+    """`population > 150000 and state = Texas` as where clauses (`all`: none, the whole collection); ConfigError
+    naming `where` when it is not one."""
     clauses: dict[str, Any] = {}
+    if str(text).strip().lower() == ALL:
+        return clauses
     for part in re.split(r"\s+and\s+", str(text).strip()):
         match = _CONDITION.fullmatch(part)
         if match is None or not FIELD_NAME.fullmatch(match.group(1)):

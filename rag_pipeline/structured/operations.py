@@ -32,7 +32,9 @@ ARGUMENT_HELP: dict[Argument, str] = {
 @dataclass(frozen=True)
 class Operation:
     """One operation: what it answers, the arguments it takes (and needs), the shape of its answer, and the words
-    that ask for it in a question (the deterministic planner's cues; a few operations are chosen by other signs)."""
+    that ask for it in a question (the deterministic planner's cues: chat/lexicon.py reads counting, totals,
+    averages and breakdowns by these words; the superlatives of argmax/argmin/top_n/min/max it knows with the
+    quantity each ranks by; a few operations are chosen by other signs)."""
 
     name: str
     summary: str
@@ -56,7 +58,7 @@ def _both(where: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
 
 OPERATIONS: tuple[Operation, ...] = (
     Operation("count", "how many documents match", ("where",), answer="count",
-              cues=("how many", "number of", "count"), example={"where": {"type": "md"}}),
+              cues=("how many", "number of", "count of", "count", "how much"), example={"where": {"type": "md"}}),
     Operation("list", "the matching documents (with one field, or all of them)", ("field", "where", "limit"),
               example={"field": "name", "where": {"type": "md"}}),
     Operation("distinct", "the distinct values of a field", ("field", "where", "limit"), (("field", "by"),),
@@ -64,8 +66,9 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("group_by", "documents per value of a field, or an aggregate of another field per value, optionally "
                           "only the groups whose aggregate passes a condition (having)",
               ("by", "aggregate", "having", "where", "limit"), (("by", "field"),),
-              answer="groups", cues=("per", "for each", "for every", "each", "by", "breakdown of", "broken down by",
-                                     "grouped by", "split by"), example={"by": "type"}),
+              answer="groups", cues=("per", "for each", "for every", "of each", "by each", "each", "breakdown of",
+                                     "breakdown by", "broken down by", "grouped by", "split by"),
+              example={"by": "type"}),
     Operation("top_n", "the documents with the largest number or date in a field (--field), or the most common "
                        "values of a field (--by)", ("field", "by", "where", "limit"), (("field", "by"),),
               cues=("top", "largest", "biggest", "highest", "most expensive", "greatest", "latest", "newest",
@@ -74,10 +77,10 @@ OPERATIONS: tuple[Operation, ...] = (
                                                                                                 "limit"),
               (("where",),), answer="value", example={"field": "type", "where": {"type": "pdf"}}),
     Operation("sum", "the sum of a number field over the matching documents", ("field", "where"), (("field",),),
-              answer="value", cues=("total", "sum of", "in total", "combined", "altogether"),
+              answer="value", cues=("total", "sum of", "sum", "combined", "altogether", "in all"),
               example={"field": "chars", "where": {"type": "md"}}),
     Operation("avg", "the average of a number field over the matching documents", ("field", "where"), (("field",),),
-              answer="value", cues=("average", "mean", "on average"), example={"field": "chars"}),
+              answer="value", cues=("average", "mean", "avg"), example={"field": "chars"}),
     Operation("min", "the smallest value of a number or date field over the matching documents", ("field", "where"),
               (("field",),), answer="value", cues=("minimum", "smallest", "lowest", "earliest", "least"),
               example={"field": "chars"}),

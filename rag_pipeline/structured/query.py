@@ -513,16 +513,22 @@ class Execution:
 
     def best(self, query: MetadataQuery) -> QueryResult:
         """argmax/argmin: the documents whose value of the field is the best within the filter (a list field: its
-        number of elements), every one tied with the limit-th best; their `return` field's value."""
+        number of elements, 0 for a document without it), every one tied with the limit-th best; their `return`
+        field's value."""
         kind = self.registry[query.field].kind
         picked = self.picked(query.where, query.field)
         column = {"number": "number_value", "date": "date_value"}.get(kind, "text_value")
         extreme, order = ("max", "DESC") if query.op == "argmax" else ("min", "ASC")
-        score = "count(*)" if kind == "list" else f"{extreme}({column})"
         text = f"arg_{extreme}(text_value, {column})" if kind == "date" else "NULL"
-        ranked = self.step(("ranked", query.where, query.field, query.op),
-                           f"SELECT sha, path, {score} AS score, {text} AS text FROM {picked} "
-                           f"WHERE {column} IS NOT NULL GROUP BY sha, path", [])
+        if kind == "list":  # a matched document without the field holds no elements: it ranks with 0
+            ranked = self.step(("ranked", query.where, query.field, query.op),
+                               f"SELECT m.sha, m.path, count(p.sha) AS score, NULL AS text FROM "
+                               f"{self.matched(query.where)} m LEFT JOIN {picked} p ON p.sha = m.sha "
+                               "AND p.text_value IS NOT NULL GROUP BY m.sha, m.path", [])
+        else:
+            ranked = self.step(("ranked", query.where, query.field, query.op),
+                               f"SELECT sha, path, {extreme}({column}) AS score, {text} AS text FROM {picked} "
+                               f"WHERE {column} IS NOT NULL GROUP BY sha, path", [])
         cut = self.con.execute(f"SELECT score FROM {ranked} ORDER BY score {order} LIMIT 1 OFFSET ?",
                                [(query.limit or 1) - 1]).fetchone()
         best = records(self.con.execute(
