@@ -45,7 +45,7 @@ CANNOT = "cannot_answer"  # an exact question that could not be mapped with conf
 CANNOT_TEXT = "I can't answer that exactly"
 # Operations that ask for a value: no row is not an answer ("the highest mountain in a state" when no mountain
 # document names the state is unknown here, not "none").
-VALUE_OPS = ("argmax", "argmin", "lookup", "min", "max", "avg")
+VALUE_OPS = ("argmax", "argmin", "lookup", "distinct", "min", "max", "avg")
 BACK_REFERENCE = re.compile(r"\b(those|these|them|of those|the same|ones)\b", re.IGNORECASE)
 FOLLOW_UP = re.compile(r"^\s*(and|also|what about|how about)\b|\b(those|these|them|they|of those|the same|that one)\b",
                        re.IGNORECASE)

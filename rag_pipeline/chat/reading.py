@@ -751,6 +751,8 @@ class Parse:
             return True
         if span.has("value") and not span.has("class") and (explicit or enumerating):
             self.take()
+            if not set(relation.split()) - PREPOSITIONS:  # "the states that iowa borders": the verb after it
+                relation = f"{relation} {self.relation_after()}".strip()
             named_fields = said_field.get("field") if said_field is not None else self.field_said_after()
             self.constrain(selection, span, relation, self.class_after(span), named_fields or [])
             self.enumerating = True
@@ -761,6 +763,18 @@ class Parse:
             return True
         self.at = start
         return False
+
+    def relation_after(self) -> str:
+        """The relation words right after the cursor, up to what follows them ("borders" in "that iowa borders",
+        "border" in "does iowa border")."""
+        words = []
+        index = self.at
+        while index < len(self.spans) and self.filler(self.spans[index]):
+            text = self.spans[index].text
+            if text in RELATION_WORDS and text not in PREPOSITIONS:
+                words.append(text)
+            index += 1
+        return " ".join(words)
 
     def class_after_filler(self, offset: int) -> bool:
         index = self.at + offset

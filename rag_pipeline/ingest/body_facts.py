@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rag_pipeline.fields.registry import stored_name
 from rag_pipeline.fields.values import DocumentFields, FieldValue, field_name, text_kind, typed_value
 
 ORIGIN = "body"
@@ -48,13 +49,25 @@ UNIT_SLUGS = {"km": "km", "kilometers": "km", "kilometres": "km", "m": "m", "met
               "mb": "mb", "gb": "gb", "tb": "tb", "w": "w", "kw": "kw", "mw": "mw"}
 _KEYS_HEADER = {"key", "field", "property", "attribute", "name", "item", "fact", "parameter", "setting"}
 _VALUES_HEADER = {"value", "values", "detail", "details", "", "description", "data"}
-_SENTENCE = re.compile(r"[.!?]\s+[A-Z]|[.!?]$")
+# Prose, not a list: a line that ends a sentence, or one sentence running into another ("St. Francis, White"
+# is a list; "It is large. The river flows" is not).
+_SENTENCE = re.compile(r"[.!?]\s+[A-Z][a-z]*\s+[a-z]|[.!?]$")
 
 
 @dataclass
 class Section:
     heading: str | None
     lines: list[str]
+
+
+def with_body_facts(stated: DocumentFields, markdown: str, title: str | None) -> DocumentFields:
+    """The stated fields and the body's facts under the names (as stored) the document does not state."""
+    names = {stored_name(name) for name in stated.values}
+    merged = DocumentFields(dict(stated.values), list(stated.errors))
+    for name, value in body_facts(markdown, title).values.items():
+        if stored_name(name) not in names:
+            merged.values[name] = value
+    return merged
 
 
 def body_facts(markdown: str, title: str | None = None) -> DocumentFields:
@@ -112,7 +125,11 @@ def list_only(section: Section) -> bool:
         return all(short(_BULLET.match(line).group(1)) for line in lines)
     if len(lines) == 1:
         items = split_items(lines[0])
-        return len(items) >= 2 and all(short(item) for item in items) and not _SENTENCE.search(lines[0])
+        if _SENTENCE.search(lines[0]) or not all(short(item) for item in items):
+            return False
+        # one item is a list under a plural heading ("## Rivers" then "Colorado")
+        return len(items) >= 2 or (len(items) == 1 and len(items[0].split()) <= 4
+                                   and section.heading is not None and section.heading.rstrip().endswith("s"))
     return False
 
 
@@ -187,7 +204,7 @@ def add(facts: DocumentFields, key: str, raw: str) -> None:
             return
     items = split_items(raw) if "," in raw or ";" in raw else []
     if len(items) >= 2 and all(short(item) for item in items) and not _SENTENCE.search(raw):
-        facts.values[name] = FieldValue("list", items, ORIGIN)
+        facts.values[name] = FieldValue("list", [without_measure(item) for item in items], ORIGIN)
         return
     try:
         value = typed_value(raw, ORIGIN, infer_text=True)
@@ -200,7 +217,13 @@ def add(facts: DocumentFields, key: str, raw: str) -> None:
 def add_list(facts: DocumentFields, heading: str, items: list[str]) -> None:
     name = field_name(heading)
     if name is not None and name not in facts.values and items:
-        facts.values[name] = FieldValue("list", items, ORIGIN)
+        facts.values[name] = FieldValue("list", [without_measure(item) for item in items], ORIGIN)
+
+
+def without_measure(item: str) -> str:
+    """A list item without the measure in parentheses after it ("Salton Sea (932 km²)" -> "Salton Sea")."""
+    measure = _TRAILING_MEASURE.match(item)
+    return measure.group(1) if measure and measure.group(3).lower() in UNIT_SLUGS else item
 
 
 def definitional(facts: DocumentFields, sections: list[Section], title: str | None) -> None:

@@ -18,6 +18,7 @@ from rag_pipeline.fields.registry import (
 )
 from rag_pipeline.fields.values import DocumentFields, FieldValue
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
+from rag_pipeline.ingest.body_facts import with_body_facts
 from rag_pipeline.ingest.redaction_rules import redact_with
 from rag_pipeline.ingest.secret_check import find_leaks
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
@@ -26,8 +27,9 @@ from rag_pipeline.sidecar import Sidecar
 
 
 def stated_fields(extracted: dict | None, titles: dict[str, str], specs: Mapping[str, FieldSpec],
-                  settings: Settings) -> DocumentFields:
-    """A document's stated fields, redacted like its text (field names are not), with the declared types applied;
+                  settings: Settings, body: str | None = None) -> DocumentFields:
+    """A document's stated fields, redacted like its text (field names are not), and the facts its redacted
+    `body` states under names it does not state otherwise (origin `body`), with the declared types applied;
     `title` falls back to the (redacted) first heading."""
     fields = DocumentFields.from_json(extracted)
 
@@ -42,6 +44,8 @@ def stated_fields(extracted: dict | None, titles: dict[str, str], specs: Mapping
     heading = titles.get("first_heading") or titles.get("title")
     if "title" not in fields.values and heading:
         fields.values["title"] = FieldValue("string", heading, "heading")
+    if body is not None:
+        fields = with_body_facts(fields, body, titles.get("title") or heading)
     return declared_values(fields, specs)
 
 
@@ -76,7 +80,8 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
         elapsed_ms = (time.perf_counter() - begin) * 1000
         row = known.get(sha) or {}
         titles = {key: redact_with(settings, row[key]).text for key in ("title", "first_heading") if row.get(key)}
-        fields = stated_fields(markdown.read_json(shard, sha, "json").get("fields"), titles, specs, settings)
+        fields = stated_fields(markdown.read_json(shard, sha, "json").get("fields"), titles, specs, settings,
+                               result.text)
         field_text = "\n".join(json.dumps(value.value) for value in fields.values.values())
         leaks = find_leaks(result.text) + find_leaks(field_text)
         if leaks:

@@ -130,6 +130,8 @@ STEPS: tuple[Step, ...] = (
             answer VARCHAR, record JSON, created_at TIMESTAMP, PRIMARY KEY (session_id, turn));
         """, marks=("chat_sessions", "chat_turns")),
     Step("0011_chat_own_file", "", marks=(), data=lambda con: move_chat_out(con)),
+    Step("0012_source_body_facts", "ALTER TABLE sources ADD COLUMN IF NOT EXISTS body_facts BOOLEAN DEFAULT true;",
+         marks=()),
 )
 
 

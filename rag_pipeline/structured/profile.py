@@ -143,6 +143,9 @@ def build_profile(sidecar: Sidecar, scope: Scope | None) -> Profile:
                       key=lambda name: -fields[name].documents)
     names_of = class_names(subjects, values_of, class_of_sha)
     references = reference_fields(fields, classes, values_of, class_of_sha, names_of, subjects)
+    # The names other documents use come first ("Missouri" in a state's rivers, not the title "Missouri River").
+    referenced = set().union(*(values_of[name].keys() for _, name in references))
+    subjects.sort(key=lambda name: (-len(referenced & values_of[name].keys()), -fields[name].documents))
     return Profile(total, fields, class_fields, {klass: dict(counts) for klass, counts in classes.items()},
                    dict(class_sizes), class_field_of, subjects,
                    {value: [(name, klass, count) for (name, klass), count in counts.most_common()]

@@ -82,7 +82,7 @@ class QueryResult:
 
 REGISTRY_SQL = (
     "SELECT name, kind, count(DISTINCT sha) AS documents, list(DISTINCT origin) AS origins FROM ("
-    "  SELECT sha, name, kind, split_part(origin, ':', 1) AS origin FROM document_fields"
+    "  SELECT sha, name, kind, split_part(origin, ':', 1) AS origin FROM fields_in_use"
     "  UNION ALL SELECT l.sha, v.name, v.kind, 'roster' FROM roster_values v JOIN roster_links l USING (roster, key)"
     ") WHERE sha IN (SELECT sha FROM documents WHERE true{scope}) GROUP BY name, kind")
 
