@@ -26,6 +26,7 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.operations import NAMES
 from rag_pipeline.structured.query import QueryRunner
+from rag_pipeline.structured.request import MAX_DEPTH
 from rag_pipeline_tests.sidecar_sql import sql_rows
 from rag_pipeline_tests.test_api import running_api
 
@@ -253,7 +254,7 @@ def test_http_query_and_fields(catalog: Settings) -> None:
             assert refused.status_code == 400 and refused.json()["error"]["code"] == code, refused.text
         # the operations of issue 25, their JSON forms and their refusals (each code names the part)
         deep: dict = {"op": "distinct", "field": "genre"}
-        for _ in range(4):
+        for _ in range(MAX_DEPTH + 1):
             deep = {"op": "distinct", "field": "genre", "where": {"genre": {"in": deep}}}
         press = {"op": "distinct", "field": "project_id", "where": {"folder": "press"}}
         for body, rows in [
@@ -271,7 +272,7 @@ def test_http_query_and_fields(catalog: Settings) -> None:
                     answered.json()["rows"]] == rows, answered.text
             assert answered.json()["operation"]
         for body, code, where in [
-            (deep, "query_too_deep", "where 'genre' in: where 'genre' in: where 'genre' in: where 'genre' in"),
+            (deep, "query_too_deep", "where 'genre' in: " * MAX_DEPTH),
             ({"op": "list", "where": {"genre": {"in": {"op": "drop"}}}}, "invalid_op", "where 'genre' in: op"),
             ({"op": "union", "queries": [press, {"op": "count"}]}, "invalid_queries", "union: both queries"),
             ({"op": "list", "where": {"genre": {"in": {"op": "count"}}}}, "invalid_subquery", "where 'genre' in"),

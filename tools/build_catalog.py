@@ -626,7 +626,7 @@ EXTENDED_AGGREGATION = [
      dict(op="argmax", field="budget_k", **{"return": "title"})),
     ("argmin-year", "Which projects are the oldest?", dict(op="argmin", field="year", **{"return": "title"})),
     ("argmax-platforms", "Which projects run on the most platforms?",
-     dict(op="argmax", field="platforms", **{"return": "project_id"})),
+     dict(op="argmax", field="platforms", **{"return": "title"})),
     ("group-publisher-having", "Which publishers have more than 5 documents?",
      dict(op="group_by", by="publisher", having={"gt": 5})),
     ("group-publisher-budget", "What is the total budget per publisher?",

@@ -20,7 +20,7 @@ from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.fields.terms import Term
 from rag_pipeline.ingest.formats import FORMATS
 from rag_pipeline.structured.operations import BY_NAME
-from rag_pipeline.structured.profile import Profile, normal, singular
+from rag_pipeline.structured.profile import UNCLASSED, Profile, normal, singular
 
 # Unit suffixes a field name may end with: `length_km` measures length in km.
 UNITS = {"km": "km", "km2": "km²", "m": "m", "mi": "miles", "miles": "miles", "sq_miles": "square miles",
@@ -92,6 +92,9 @@ SCOPES = ("in the catalogue", "in the catalog", "in the collection", "in the cor
           "collection", "the corpus", "corpus", "the index", "we have", "do we have")
 SCOPE_PREFIXES = ("", "the ", "in ", "in the ", "of ", "of the ", "across ", "across the ", "throughout ",
                   "throughout the ")
+# A follow-up's pointer to the documents of the turn before ("how many of those are there"): its filters are carried
+# over by the chat agent, so here it reads as "the documents".
+BACK_REFERENCES = ("those", "these", "them")
 GENERIC_NOUNS = ("document", "documents", "doc", "docs", "file", "files", "item", "items", "entry", "entries",
                  "record", "records", "one", "ones", "page", "pages", "note", "notes")
 QUESTION_WORDS = ("what", "which", "who", "whom", "where", "when", "whats", "what's", "name", "names", "list",
@@ -123,7 +126,8 @@ EMPTY_VERBS = frozenset(("span", "spans", "cover", "covers", "covered", "appear"
                          "uses", "used", "hold", "holds", "mention", "mentions", "mentioned", "exist", "exists",
                          "work", "works", "working", "still", "currently", "now", "get", "gets", "make", "makes",
                          "belong", "belongs", "tagged", "labelled", "labeled", "marked", "dated", "listed",
-                         "date", "dates", "value", "values"))
+                         "date", "dates", "value", "values", "state", "states", "stated", "say", "says", "said",
+                         "specify", "specifies", "specified", "come", "comes", "coming", "both"))
 # Number words and multipliers.
 MULTIPLIERS = {"thousand": 1e3, "k": 1e3, "million": 1e6, "mn": 1e6, "billion": 1e9, "bn": 1e9}
 UNIT_FACTORS = {"thousand": 1e3, "million": 1e6, "billion": 1e9}
@@ -189,9 +193,9 @@ def word_forms(phrase: str) -> set[str]:
         forms.add(stem[:-1] + "ies")
     if stem.endswith("e"):
         forms.update({stem[:-1] + "ing", stem + "d"})
-    if stem.endswith("er") and len(stem) > 4:  # publisher: publishes, publishing
+    if stem.endswith("er") and len(stem) > 4:  # publisher: publish, publishes, published, publishing
         verb = stem[:-2]
-        forms.update({verb + "es", verb + "s", verb + "ing"})
+        forms.update({verb, verb + "es", verb + "s", verb + "ing", verb + "ed"})
     return {" ".join([*words[:-1], form]) for form in forms}
 
 
@@ -201,6 +205,7 @@ class Lexicon:
     def __init__(self, profile: Profile, synonyms: dict[str, Sequence[str]], terms: Sequence[Term],
                  embedder: Embedder | None = None) -> None:
         self.profile = profile
+        self.declared = set(synonyms)  # the fields the sources file declares
         self.terms = list(terms)
         self.embedder = embedder
         self.fields = FieldPhrases()
@@ -303,12 +308,10 @@ class Lexicon:
         klass = profile.class_of_value(text)
         if klass is not None:
             found.append(("class", klass))
-        if text in GENERIC_NOUNS:
+        if text in GENERIC_NOUNS or text in BACK_REFERENCES:
             found.append(("class", None))
-        if text in self.format_words and "type" in profile.fields:
-            typed = profile.occurrences.get(self.format_words[text])
-            if typed:
-                found.append(("value", typed))
+        if text in self.format_words:  # a format is a value of `type` even where no document has it: "0 pdfs"
+            found.append(("value", profile.occurrences.get(self.format_words[text]) or [("type", UNCLASSED, 0)]))
         if text in self.fields.phrases:
             found.append(("field", sorted(self.fields.phrases[text])))
         if text in QUANTITY_NOUNS:
@@ -345,9 +348,10 @@ class Lexicon:
             return names[int(order[0])]
         return None
 
-    def quantity_fields(self, quantity: str, candidates: Sequence[str]) -> list[str]:
+    def quantity_fields(self, quantity: str, candidates: Sequence[str], by_meaning: bool = True) -> list[str]:
         """The numeric fields among `candidates` that measure `quantity` ("size" -> area_sq_miles): those whose
-        name says it (the fewest extra words first), else the only one, else the nearest in meaning."""
+        name says it (the fewest extra words first), else the only one, else (`by_meaning`) the nearest in
+        meaning."""
         nouns = QUANTITIES.get(quantity, (quantity,))
         named = [name for name in candidates if set(field_words(name)[0].split()) & set(nouns)
                  or field_words(name)[0] in nouns]
@@ -356,5 +360,5 @@ class Lexicon:
             return [name for name in named if len(field_words(name)[0].split()) == fewest]
         if len(candidates) == 1 and quantity == "size":  # "the biggest city": its one measure
             return list(candidates)
-        by_meaning = self.field_by_meaning(" ".join(nouns[:2]), candidates)
-        return [by_meaning] if by_meaning else []
+        nearest = self.field_by_meaning(" ".join(nouns[:2]), candidates) if by_meaning else None
+        return [nearest] if nearest else []

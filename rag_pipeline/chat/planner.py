@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rag_pipeline.chat.lexicon import Lexicon
+from rag_pipeline.chat.lexicon import EMPTY_VERBS, RELATION_WORDS, STOP, Lexicon
 from rag_pipeline.chat.reading import Reader, Unmapped, compile_reading
 from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.fields.registry import RegistryField
@@ -39,6 +39,10 @@ EXACT_KINDS = ("count", "sum", "avg", "superlative", "grouping", "comparative")
 # An exact question with more words than this that the corpus does not know is about the text, not the fields
 # ("how many sessions did the team run"): it is searched, not refused.
 MAX_UNMAPPED_WORDS = 2
+_WORD = re.compile(r"[a-z]+")
+# Words that ask where documents and the roster disagree.
+MISMATCH_WORDS = {"contradict", "contradicts", "contradicting", "disagree", "disagrees", "mismatch", "mismatches",
+                  "mismatched", "conflict", "conflicts", "differ", "differs", "inconsistent"}
 
 
 @dataclass(frozen=True)
@@ -94,15 +98,42 @@ def plan_clause(clause: str, catalog: FieldCatalog) -> Action:
     """One call for one clause: its readings as a metadata query, `cannot_answer` for an exact question that
     cannot be read, else a passage search."""
     reader = catalog.reader
+    finding = roster_finding(clause)
+    if finding is not None:
+        return Action(QUERY_METADATA, {"op": "reconciliation", "where": {"status": finding}})
     try:
         readings = reader.readings(clause)
         queries = list({json.dumps(compile_reading(reading, reader), sort_keys=True): compile_reading(reading, reader)
                         for reading in readings}.values())
     except Unmapped as unmapped:
-        if asks_exactly(clause, reader.lexicon) and len(unmapped.unknown) <= MAX_UNMAPPED_WORDS:
+        if asks_exactly(clause, reader.lexicon) and len(unknown_words(clause, reader.lexicon)) <= MAX_UNMAPPED_WORDS:
             return Action(CANNOT_ANSWER, {"question": clause, "reason": str(unmapped)})
         return search(clause, catalog)
     return Action(QUERY_METADATA, queries[0], tuple(queries[1:]))
+
+
+def roster_finding(clause: str) -> str | None:
+    """The reconciliation status a question about the roster asks for ("which documents contradict the roster":
+    MISMATCH; "... are not in the roster": MISSING_IN_ROSTER; "... only in the roster": ROSTER_ONLY)."""
+    words = set(_WORD.findall(clause.lower()))
+    if not words & {"roster", "rosters"}:
+        return None
+    text = " ".join(_WORD.findall(clause.lower()))
+    if re.search(r"\b(?:not|missing) (?:in|from|on) the rosters?\b", text):
+        return "MISSING_IN_ROSTER"
+    if re.search(r"\bonly (?:in|on) the rosters?\b", text):
+        return "ROSTER_ONLY"
+    if words & MISMATCH_WORDS:
+        return "MISMATCH"
+    return None
+
+
+def unknown_words(clause: str, lexicon: Lexicon) -> list[str]:
+    """The clause's words that neither the corpus (fields, values, classes, terms) nor the question grammar
+    explains: many of them make it a question about the text."""
+    return [span.text for span in lexicon.spans(lexicon.tokens(clause))
+            if not span.known() and span.text not in STOP and span.text not in RELATION_WORDS
+            and span.text not in EMPTY_VERBS]
 
 
 def asks_exactly(clause: str, lexicon: Lexicon) -> bool:

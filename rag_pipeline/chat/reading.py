@@ -16,7 +16,7 @@ qualified by another set, argmax/argmin for a superlative, count/sum/avg/group_b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from typing import Any
 
@@ -41,17 +41,12 @@ MAX_READINGS = 12  # readings made of one question (each costs a few millisecond
 NOT_ASKABLE = ("id", "path", "chars", "pages", "ingested_at", "name")
 DATES = ("date",)
 COPULAS = ("is", "are", "was", "were")
+DISTINCT_WORDS = ("different", "distinct", "unique", "separate")
+HAVING_WORDS = ("have", "has", "with")  # "publishers with more than 5 documents": a condition on each group
 
 
 class Unmapped(Exception):
-    """The question cannot be mapped with confidence; the message says what could not be mapped (`words`: the
-    question's words the reading leaves unexplained, when that is the reason; `unknown`: those of them the corpus
-    does not know at all, neither as a field, a value, a class nor a question word)."""
-
-    def __init__(self, message: str, words: tuple[str, ...] = (), unknown: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
-        self.words = words
-        self.unknown = unknown
+    """The question cannot be mapped with confidence; the message says what could not be mapped."""
 
 
 class Ambiguous(Exception):
@@ -73,15 +68,18 @@ class Selection:
     produces: str | None = None  # inside a semi-join: the field whose values it gives (default: the names)
     named: bool = False  # a value names its documents ("texas", "the city springfield")
     counted: tuple[str, str, Selection] | None = None  # ranked by how many of another set's documents name each
+    excluded: dict[str, Any] | None = None  # "not released": the where clauses of the documents taken out
 
 
 @dataclass
 class Reading:
     """What a question asks: an aggregate over a selection, a field of it, or its documents."""
 
-    answer: str  # count | sum | avg | groups | values
+    answer: str  # count | count_distinct | sum | avg | groups | values
     selection: Selection
     field: str | None = None  # the asked field (None: the documents' names); for groups, the grouping field
+    aggregate: tuple[str, str | None] | None = None  # groups: what each group gives (op, field); None: a count
+    having: dict[str, float] | None = None  # groups: the condition on what each group gives
     choices: dict[str, Any] = dataclass_field(default_factory=dict)  # how its ambiguous words were read
 
 
@@ -136,11 +134,12 @@ class Reader:
     def class_field(self, klass: str) -> str:
         return self.profile.class_field_of[klass]
 
-    def subject(self, klass: str | None) -> str:
-        """The field that names the documents of `klass`."""
+    def subject(self, klass: str | None, readable: bool = False) -> str:
+        """The field that names the documents of `klass`: the one other documents use for them, or (`readable`)
+        the one an answer names them by (a name or title before a code)."""
         present = self.profile.fields_of(klass)
         most = max(present.values(), default=1)
-        for name in self.profile.subjects:
+        for name in self.profile.readable_subjects if readable else self.profile.subjects:
             if name in present and present[name] >= 0.9 * most:
                 return name
         raise Unmapped(f"no field names the {klass or 'documents'}")
@@ -151,7 +150,8 @@ class Reader:
                 and name not in NOT_ASKABLE]
 
     def kind(self, name: str) -> str:
-        return self.profile.fields[name].kind
+        known = self.profile.fields.get(name)
+        return known.kind if known is not None else "string"  # `type` where no document is visible
 
     def named_by(self, relation: str, candidates: list[str]) -> list[str]:
         """The candidate fields the relation's words name (border, bordering, neighboring -> borders)."""
@@ -189,6 +189,8 @@ class Parse:
         self.aggregate_said = self.find_aggregate()  # "combined", "in total" said after the field
         self.asked_plural = False  # the asked field was said in the plural ("the highest points of ...")
         self.conjunction = "or"  # how the values a modifier lists combine: "and" (all of) or "or" (any of)
+        self.ranked_by_age = False  # the ranking came from "earliest"/"latest" (a date asked may be what it ranks)
+        self.ranked_field_asked = False  # "the largest budget of ...": the ranking's field is what is asked
 
     def find_aggregate(self) -> str | None:
         """A total or an average said anywhere but the start ("the area of the states combined")."""
@@ -271,6 +273,8 @@ class Parse:
             asked = self.asked_quantity()  # how many people (live in ...): the population
             if asked is not None:
                 answer = "values"
+            elif (counted := self.counted_field()) is not None:
+                answer, asked = "count_distinct", counted  # "how many (different) publishers"
         elif span is not None and (span.has("sum") or span.has("avg")) and (nxt := self.peek(1)) is not None \
                 and nxt.has("count"):
             self.take()  # "the total number of documents": a count
@@ -287,6 +291,8 @@ class Parse:
             asked = ("where",)
         else:
             asked = self.asked_field(required=False)  # "how high is the highest point of ...": its field
+            if asked is not None and asked[0] == "field" and (grouped := self.grouped_by_condition(asked)):
+                return grouped
         self.pending = " ".join(said_before + [word for word in self.skip_filler().split() if word not in PREPOSITIONS])
         selection = self.selection(optional=asked is not None)
         self.modifiers(selection)
@@ -298,7 +304,12 @@ class Parse:
         reading = Reading(answer, selection)
         self.how_of_field = how if asked is not None and how is not None else None
         if grouped is not None:
-            if answer != "count":
+            if answer in ("sum", "avg") and asked is not None:  # "the total budget per publisher"
+                measured = self.resolve_field(asked, selection)
+                if self.reader.kind(measured) != "number":
+                    raise Unmapped(f"{measured!r} is not a number to add up")
+                reading.aggregate = (answer, measured)
+            elif answer != "count":
                 raise Unmapped("a breakdown per value of something other than a count")
             reading.answer, reading.field = "groups", grouped
         elif asked == ("where",):
@@ -306,6 +317,10 @@ class Parse:
         elif asked is not None:
             reading.field = self.resolve_field(asked, selection)
             self.ranked_by_name(reading)
+            if self.ranked_by_age and selection.rank is not None and self.reader.kind(reading.field) == "date":
+                selection.rank = (selection.rank[0], reading.field)  # "when was the earliest project signed"
+        elif self.ranked_field_asked and selection.rank is not None:
+            reading.field = selection.rank[1]  # "the largest budget of a released project": that budget
         elif how is not None:
             reading.field = self.partner_of_value(selection) or self.quantity(how, selection.klass)
         if reading.answer == "count":
@@ -394,6 +409,68 @@ class Parse:
             raise Unmapped(f"which field to aggregate: {span.text!r} is not one")
         return None
 
+    def counted_field(self) -> tuple[str, ...] | None:
+        """'how many (different) publishers': a field whose distinct values are counted (not a class of
+        documents)."""
+        start = self.at
+        while (span := self.peek()) is not None and span.text in DISTINCT_WORDS:
+            self.take()
+        span = self.peek()
+        if span is not None and span.has("field") and not span.has("class") and not span.has("value") \
+                and not span.has("quantity"):
+            self.take()
+            return ("field", *span.get("field"))
+        self.at = start
+        return None
+
+    def grouped_by_condition(self, asked: tuple[str, ...]) -> Reading | None:
+        """'which publishers have more than 5 documents', 'which genres have an average budget above 300
+        thousand': the asked field's values grouped, with a condition on each group's count (or aggregate)."""
+        start = self.at
+        if not set(self.skip_filler().split()) & set(HAVING_WORDS):
+            self.at = start
+            return None
+        aggregate: tuple[str, str | None] = ("count", None)
+        span = self.peek()
+        if span is not None and (span.has("sum") or span.has("avg")):
+            self.take()
+            self.skip_filler()
+            measured = self.peek()
+            if measured is None or not measured.has("field"):
+                raise Unmapped("which field to aggregate per group")
+            self.take()
+            aggregate = ("sum" if span.has("sum") else "avg",
+                         self.pick_field(measured.get("field"), None, "", key=f"field@{measured.start}",
+                                         kinds=("number",)))
+        comparative = self.peek()
+        if comparative is None or not comparative.has("comparative"):
+            self.at = start
+            return None
+        self.take()
+        bound = self.number_or_date()
+        if bound is None or bound[0] == "month":
+            self.at = start
+            return None
+        if aggregate[0] == "count":
+            counted = self.peek()
+            if counted is None or not counted.has("class"):
+                self.at = start
+                return None
+            self.take()
+            number = bound[1]
+        else:
+            number = self.in_field_units(aggregate[1], bound[1], scaled=bound[0] == "scaled")
+        self.skip_filler()
+        if self.peek() is not None:
+            self.at = start
+            return None
+        by = self.resolve_field(asked, Selection(None))
+        if self.reader.kind(by) not in ("string", "list"):
+            raise Unmapped(f"{by!r} is not a field to group by")
+        self.check_explained()
+        return Reading("groups", Selection(None), by, aggregate=None if aggregate[0] == "count" else aggregate,
+                       having={comparative.get("comparative"): number})
+
     def resolve_field(self, asked: tuple[str, ...], selection: Selection) -> str:
         partner = self.partner_of_value(selection)
         if partner is not None and asked[0] == "field" and any(  # "the elevation of death valley": its partner
@@ -480,12 +557,10 @@ class Parse:
         """Every word is part of the reading, filler, or a word of a used field's declared synonyms."""
         used_fields = {name for index in self.used for name in (self.spans[index].get("field") or [])}
         vocabulary = set().union(*(self.lexicon.synonym_words.get(name, set()) for name in used_fields))
-        unexplained = [span for index, span in enumerate(self.spans)
+        unexplained = [span.text for index, span in enumerate(self.spans)
                        if index not in self.used and not self.filler(span) and singular(span.text) not in vocabulary]
         if unexplained:
-            raise Unmapped(f"could not map {', '.join(repr(span.text) for span in unexplained)}",
-                           tuple(span.text for span in unexplained),
-                           tuple(span.text for span in unexplained if not span.known()))
+            raise Unmapped(f"could not map {', '.join(repr(text) for text in unexplained)}")
 
     # --- sets of documents -----------------------------------------------------------------------------------
     def selection(self, optional: bool = False) -> Selection:
@@ -501,6 +576,7 @@ class Parse:
                 if (after := self.peek()) is not None and after.has("field") and not after.has("class") \
                         and not after.has("value") and self.before_head(1):
                     ranked_by = self.take()  # "the most recently signed projects": ranked by signed
+                    self.ranked_field_asked = (after := self.peek()) is not None and after.text == "of"
             elif span.has("number") and limit is None and not span.has("value") and self.before_head(1):
                 limit = int(self.take().get("number"))
             elif span.has("term") and not span.has("class"):
@@ -535,7 +611,7 @@ class Parse:
         elif span is not None and span.has("value") and not self.names_document(span, None):
             self.take()  # "how many pdfs": the documents that have the value
             selection = Selection(None)
-            self.constrain(selection, span, "", None, self.field_said_after())
+            self.constrain(selection, span, "", None, self.field_said_after(span))
         elif span is not None and span.has("value"):
             self.take()
             selection = self.named(span, self.class_after(span))
@@ -685,6 +761,12 @@ class Parse:
             if nxt is not None and (nxt.has("class") or nxt.has("field")):
                 selection.where[self.field_for_empty(selection, nxt, relation)] = {"empty": True}
                 return True
+            if nxt is not None and nxt.has("value") and selection.excluded is None and not selection.rank:
+                self.take()  # "projects that are not released": those that are, taken out
+                excluded = Selection(selection.klass)
+                self.constrain(excluded, nxt, relation, self.class_after(nxt), self.field_said_after(nxt))
+                selection.excluded = excluded.where
+                return True
             raise Unmapped("a negation the query tool cannot express")
         if span.has("superlative") and span.get("superlative")[1] is None and explicit and \
                 self.class_after_filler(1):
@@ -753,7 +835,7 @@ class Parse:
             self.take()
             if not set(relation.split()) - PREPOSITIONS:  # "the states that iowa borders": the verb after it
                 relation = f"{relation} {self.relation_after()}".strip()
-            named_fields = said_field.get("field") if said_field is not None else self.field_said_after()
+            named_fields = said_field.get("field") if said_field is not None else self.field_said_after(span)
             self.constrain(selection, span, relation, self.class_after(span), named_fields or [])
             self.enumerating = True
             return True
@@ -818,12 +900,15 @@ class Parse:
         after = self.spans[index]
         return after.has("comparative") or after.has("date_comparative") or after.text == "between"
 
-    def field_said_after(self) -> list[str]:
-        """A field named right after a value ('the puzzle genre', 'p-004 among their keywords'), consumed."""
+    def field_said_after(self, value: Span) -> list[str]:
+        """A field that holds the value named right after it ('the puzzle genre', 'p-004 among their keywords'),
+        consumed ('when was p-017 signed': `signed` does not hold p-017, it is what is asked)."""
         start = self.at
         self.skip_filler()
         span = self.peek()
+        holding = {name for name, _, _ in value.get("value")}
         if span is not None and span.has("field") and not span.has("class") and not span.has("value") \
+                and (holding & set(span.get("field")) or not self.names_document(value, None)) \
                 and not self.relates_onward():
             self.take()
             return span.get("field")
@@ -979,9 +1064,11 @@ class Parse:
                 selection.rank, selection.limit = (op, ""), limit  # "top 3 projects by budget": tail() names it
                 return
             raise Unmapped("'most' of what")
-        if quantity == "age":
-            dates = self.reader.fields_of(selection.klass, ("date",))
-            name = self.choose("age", dates)
+        if quantity == "age":  # a field named for age (year, founded) before any other date
+            self.ranked_by_age = True
+            named = self.lexicon.quantity_fields("age", self.reader.fields_of(selection.klass, ("number", "date")),
+                                                 by_meaning=False)
+            name = self.choose("age", named or self.reader.fields_of(selection.klass, ("date",)))
         else:
             name = self.quantity(quantity, selection.klass)
         selection.rank, selection.limit = (op, name), limit
@@ -1024,7 +1111,9 @@ class Parse:
             holding = sorted({name for name, occurrence_class, _ in value.get("value")
                               if (klass is None or occurrence_class == (klass or UNCLASSED))
                               and name not in subjects})
-            options += [("field", name) for name in holding]
+            declared = [name for name in holding if name in self.lexicon.declared]
+            named = [name for name in holding if name in (said or ())]  # "fishing among their keywords"
+            options += [("field", name) for name in named or declared or holding]  # then the fields declared
         named_classes = sorted({occurrence_class for name, occurrence_class, _ in value.get("value")
                                 if name in subjects and (value_class is None or occurrence_class == value_class)})
         for other in named_classes:
@@ -1064,9 +1153,14 @@ class Parse:
             selection.where[name] = {"in": inner}
 
     def stored(self, name: str, text: str) -> str:
-        """A value as the field stores it (the question's words are folded: "atlanta georgia")."""
-        return self.reader.profile.fields[name].values.get(text, text) if name in self.reader.profile.fields \
-            else text
+        """A value as the field stores it (the question's words are folded: "atlanta georgia"; a format's word is
+        its type: "markdown" -> md)."""
+        if name == "type" and text in self.lexicon.format_words:
+            return self.lexicon.format_words[text]
+        if name not in self.reader.profile.fields:
+            return text
+        values = self.reader.profile.fields[name].values
+        return values.get(text) or values.get(singular(text)) or text  # "platformers" -> platformer
 
     def add_value(self, selection: Selection, name: str, value: str) -> None:
         """A value for a field; a second value for the same field makes it 'any of' ("racing or platformers")."""
@@ -1074,7 +1168,12 @@ class Parse:
         value = self.stored(name, value)
         present = selection.where.get(name)
         both = self.reader.kind(name) == "list" and self.conjunction == "and"
-        if present is None:
+        if present is not None and self.conjunction == "and" and not both \
+                and any(span.text == "both" for span in self.spans):
+            if not isinstance(present, str):
+                raise Unmapped(f"three values that {name!r} should all hold")
+            selection.where[name] = {"all_of": [present, value]}  # "both puzzle and racing": values in both sets
+        elif present is None:
             selection.where[name] = value
         elif isinstance(present, dict) and "contains" in present and both:
             present["contains"].append(value)
@@ -1134,18 +1233,29 @@ class Parse:
         return self.reader.subject(outer.klass)
 
 
-def compile_reading(reading: Reading, reader: Reader) -> dict[str, Any]:
-    """The metadata query tool's JSON form of a reading."""
+def compile_reading(reading: Reading, reader: Reader, inner: bool = False) -> dict[str, Any]:
+    """The metadata query tool's JSON form of a reading (`inner`: a query whose values another one matches, so
+    documents are named as other documents name them)."""
     selection = reading.selection
+    split = next(((name, clause["all_of"]) for name, clause in selection.where.items()
+                  if isinstance(clause, dict) and "all_of" in clause), None)
+    if split is not None or selection.excluded is not None:
+        return compile_set_operation(reading, reader, inner, split)
     where = compile_where(selection, reader)
     if reading.answer == "count":
         if selection.rank is not None:
             raise Unmapped("a count of a ranked selection")
         return {"op": "count", "where": where}
-    if reading.answer in ("sum", "avg"):
+    if reading.answer in ("sum", "avg", "count_distinct"):
         return {"op": reading.answer, "field": reading.field, "where": where}
     if reading.answer == "groups":
-        return {"op": "group_by", "by": reading.field, "where": where}
+        query = {"op": "group_by", "by": reading.field, "where": where}
+        if reading.aggregate is not None:
+            op, measured = reading.aggregate
+            query["aggregate"] = {"op": op, "field": measured}
+        if reading.having:
+            query["having"] = reading.having
+        return query
     if selection.counted is not None:
         direction, by, inner = selection.counted
         if direction != "argmax" or reading.field is not None:
@@ -1153,21 +1263,40 @@ def compile_reading(reading: Reading, reader: Reader) -> dict[str, Any]:
         inner_where = compile_where(inner, reader)
         if selection.where:  # the outer's own conditions: only its documents are counted
             inner_where[by] = {"in": compile_reading(Reading("values", Selection(selection.klass,
-                                                                                 dict(selection.where))), reader)}
+                                                                                 dict(selection.where))), reader,
+                                                     inner=True)}
         return {"op": "top_n", "by": by, "where": inner_where, "limit": 1}
     if selection.rank is not None:
         op, rank_field = selection.rank
-        returned = reading.field or selection.produces or reader.subject(selection.klass)
+        returned = reading.field or selection.produces or reader.subject(selection.klass, readable=not inner)
         query: dict[str, Any] = {"op": op, "field": rank_field, "return": returned, "where": where}
         if selection.limit:
             query["limit"] = selection.limit
         return query
     if reading.field is None and selection.produces is None:  # the documents themselves, named by their subject
-        return {"op": "list", "field": reader.subject(selection.klass), "where": where, "limit": EVERY}
+        return {"op": "list", "field": reader.subject(selection.klass, readable=not inner), "where": where,
+                "limit": EVERY}
     returned = reading.field or selection.produces
     if selection.named and reading.field is not None:
         return {"op": "lookup", "field": returned, "where": where, "limit": EVERY}
     return {"op": "distinct", "field": returned, "where": where, "limit": EVERY}
+
+
+def compile_set_operation(reading: Reading, reader: Reader, inner: bool,
+                          split: tuple[str, list[str]] | None) -> dict[str, Any]:
+    """Values (or documents) in both of two sets ("publishers with both puzzle and racing games"), or those of a
+    set without the ones a negated value names ("citrus themed projects not released")."""
+    if reading.answer != "values" or reading.selection.rank is not None:
+        raise Unmapped("a count or a ranking over a set operation")
+    selection = replace(reading.selection, excluded=None)
+    if split is not None:
+        name, values = split
+        parts = [replace(selection, where={**selection.where, name: value}) for value in values]
+        return {"op": "intersect", "queries": [compile_reading(replace(reading, selection=part), reader, inner)
+                                               for part in parts]}
+    taken_out = replace(selection, where={**selection.where, **reading.selection.excluded})
+    return {"op": "except", "queries": [compile_reading(replace(reading, selection=part), reader, inner)
+                                        for part in (selection, taken_out)]}
 
 
 def compile_where(selection: Selection, reader: Reader) -> dict[str, Any]:
@@ -1178,7 +1307,7 @@ def compile_where(selection: Selection, reader: Reader) -> dict[str, Any]:
     for name, clause in selection.where.items():
         if isinstance(clause, dict) and isinstance(clause.get("in"), Selection):
             inner: Selection = clause["in"]
-            where[name] = {"in": compile_reading(Reading("values", inner, inner.produces), reader)}
+            where[name] = {"in": compile_reading(Reading("values", inner, inner.produces), reader, inner=True)}
         else:
             where[name] = clause
     return where

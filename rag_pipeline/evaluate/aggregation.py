@@ -35,8 +35,9 @@ def answer_of(result: QueryResult, form: str) -> Any:
     if form == "groups":  # the count per value, or the aggregate group_by was asked for (the row's other key)
         return {canonical(row["value"]): next((row[key] for key in row if key not in ("value", "count")),
                                               row["count"]) for row in result.rows}
-    if form == "documents":
-        return [row["path"] for row in result.rows]
+    if form == "documents":  # the documents listed, or those holding the values a query gave
+        return [row["path"] for row in result.rows] if all("path" in row for row in result.rows) \
+            else [document["path"] for document in result.documents]
     return canonical(result.rows[0].get("value")) if len(result.rows) == 1 else None
 
 

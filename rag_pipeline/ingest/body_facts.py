@@ -6,7 +6,8 @@
   ("| City | Population |") becomes a list field of its first column, named after its section;
 - short sections that hold only a list under a heading ("## Bordering states" then "Arkansas, Louisiana");
 - the definitional first sentence ("Austin is a city in Texas."): `kind` (city) and `name` (Austin), when its
-  subject is the document's title.
+  subject is the document's title and the document has no front matter (a document that declares its fields
+  says what it is there; its prose would only add guesses such as "a game set in..." -> kind: set).
 
 Values are typed as the stated fields are (fields/values.py): numbers (a unit after a number is recorded as the
 field's unit: "2333 km", "266807 square miles"), ISO dates, lists (comma-separated short items), else text. A value
@@ -51,6 +52,8 @@ _KEYS_HEADER = {"key", "field", "property", "attribute", "name", "item", "fact",
 _VALUES_HEADER = {"value", "values", "detail", "details", "", "description", "data"}
 # Prose, not a list: a line that ends a sentence, or one sentence running into another ("St. Francis, White"
 # is a list; "It is large. The river flows" is not).
+# Words after the noun of a definitional sentence that start a describing clause ("a game set in ...").
+CLAUSE = {"set", "made", "built", "where", "about", "whose", "who", "run", "told", "seen", "played"}
 _SENTENCE = re.compile(r"[.!?]\s+[A-Z][a-z]*\s+[a-z]|[.!?]$")
 
 
@@ -64,14 +67,16 @@ def with_body_facts(stated: DocumentFields, markdown: str, title: str | None) ->
     """The stated fields and the body's facts under the names (as stored) the document does not state."""
     names = {stored_name(name) for name in stated.values}
     merged = DocumentFields(dict(stated.values), list(stated.errors))
-    for name, value in body_facts(markdown, title).values.items():
+    prose = not any(value.origin == "front_matter" for value in stated.values.values())
+    for name, value in body_facts(markdown, title, prose=prose).values.items():
         if stored_name(name) not in names:
             merged.values[name] = value
     return merged
 
 
-def body_facts(markdown: str, title: str | None = None) -> DocumentFields:
-    """The facts the Markdown states (see the module's docstring); never raises."""
+def body_facts(markdown: str, title: str | None = None, *, prose: bool = True) -> DocumentFields:
+    """The facts the Markdown states (see the module's docstring; `prose`: with the definitional first sentence);
+    never raises."""
     facts = DocumentFields()
     sections = split_sections(markdown)
     for section in sections:
@@ -94,7 +99,8 @@ def body_facts(markdown: str, title: str | None = None) -> DocumentFields:
             previous = line.strip() if line.strip() and not line.lstrip().startswith(("-", "*", "#", "|")) else ""
         if len(facts.values) >= MAX_FACTS:
             break
-    definitional(facts, sections, title)
+    if prose:
+        definitional(facts, sections, title)
     return facts
 
 
@@ -238,7 +244,10 @@ def definitional(facts: DocumentFields, sections: list[Section], title: str | No
     subject = re.sub(r"^the\s+", "", match.group(1).strip(), flags=re.IGNORECASE)
     if not normalised(title).startswith(normalised(subject)) or len(subject.split()) > MAX_KEY_WORDS:
         return
-    noun = match.group(2).strip().split()[-1].lower()
+    words = match.group(2).strip().lower().split()
+    described = next((i for i, word in enumerate(words) if i and (word.endswith(("ed", "ly")) or word in CLAUSE)),
+                     len(words))  # "a game set in", "a puzzle game made entirely of": the noun ends before
+    noun = words[described - 1]
     facts.values["kind"] = FieldValue("string", noun, ORIGIN)
     facts.values.setdefault("name", FieldValue("string", subject, ORIGIN))
 

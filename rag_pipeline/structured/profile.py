@@ -46,7 +46,8 @@ class Profile:
     classes: dict[str, dict[str, int]]  # class value (normal form) -> field -> documents of that class having it
     class_sizes: dict[str, int]  # class value -> documents
     class_field_of: dict[str, str]  # class value -> its class field
-    subjects: list[str]  # fields whose values name single documents, most documents first
+    subjects: list[str]  # fields whose values name single documents: the names other documents use first
+    readable_subjects: list[str]  # the same, codes ("P-017") last: how an answer names documents
     occurrences: dict[str, list[tuple[str, str, int]]]  # value (normal) -> (field, class, documents)
     references: dict[tuple[str, str], str]  # (class, field) -> the class whose documents' names the field holds
 
@@ -146,10 +147,16 @@ def build_profile(sidecar: Sidecar, scope: Scope | None) -> Profile:
     # The names other documents use come first ("Missouri" in a state's rivers, not the title "Missouri River").
     referenced = set().union(*(values_of[name].keys() for _, name in references))
     subjects.sort(key=lambda name: (-len(referenced & values_of[name].keys()), -fields[name].documents))
+    readable = sorted(subjects, key=lambda name: coded(values_of[name]))
     return Profile(total, fields, class_fields, {klass: dict(counts) for klass, counts in classes.items()},
-                   dict(class_sizes), class_field_of, subjects,
+                   dict(class_sizes), class_field_of, subjects, readable,
                    {value: [(name, klass, count) for (name, klass), count in counts.most_common()]
                     for value, counts in occurrences.items()}, references)
+
+
+def coded(values: dict[str, set[str]]) -> bool:
+    """Whether most of a field's values are codes (they hold a digit: "P-017", "INV-2024-3"), not names."""
+    return sum(any(char.isdigit() for char in value) for value in values) > len(values) / 2
 
 
 def class_names(subjects: list[str], values_of: dict[str, dict[str, set[str]]],
