@@ -46,7 +46,7 @@ def test_every_argument_is_in_the_http_body_the_tool_schema_and_the_cli() -> Non
 
 
 def test_the_agent_is_told_every_operation() -> None:
-    prompt = SYSTEM.format(fields="x (string)", operations=operation_help(), cap=4, marker="<<m>>")
+    prompt = SYSTEM.format(fields="x (string)", operations=operation_help(), cap=4, marker="<<m>>", terms="")
     assert all(f"{operation.name}: {operation.summary}" in prompt for operation in OPERATIONS)
 
 
@@ -63,7 +63,7 @@ HEARD_AS = {"count": ("count", None), "sum": ("sum", None), "avg": ("avg", None)
 @pytest.mark.parametrize("operation", [operation for operation in OPERATIONS if operation.name in HEARD_AS],
                          ids=lambda operation: operation.name)
 def test_the_planner_hears_every_cue(operation) -> None:
-    lexicon = Lexicon(Profile(0, {}, [], {}, {}, {}, [], {}, {}), {}, ())
+    lexicon = Lexicon(Profile(0, {}, [], {}, {}, {}, [], [], {}, {}), {}, ())
     kind, direction = HEARD_AS[operation.name]
     for cue in operation.cues:
         words = cue.removeprefix("the ")

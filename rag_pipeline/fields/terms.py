@@ -11,7 +11,8 @@
 A condition is FIELD OP VALUE with OP one of > >= < <= =, or several joined by "and". When the term's last word
 names a class of documents in the corpus (city, river, contract), the words before it qualify that class; otherwise
 the whole term stands for the documents matching the condition. The deterministic planner, the agent (its prompt
-lists them) and `rag-pipeline query` (as `--where term=NAME`, see structured/query.py) all honour them.
+lists them) and the metadata query tool (`where: {"term": NAME}`, `rag-pipeline query --where term=NAME`: with_terms)
+all honour them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.errors import ConfigError
+from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.fields.values import FIELD_NAME, text_kind
 from rag_pipeline.settings import Settings
 from rag_pipeline.sources_file import read_sources_file
@@ -90,3 +91,51 @@ def declared_terms(settings: Settings) -> tuple[Term, ...]:
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the sources file (RAG_SOURCES_FILE): {error}") from error
     return _declared(Path(path), mtime)
+
+
+def with_terms(body: Any, terms: tuple[Term, ...]) -> Any:
+    """A query's JSON form with every `where: {"term": NAME}` (or the CLI's `term=NAME`) replaced by the term's
+    clauses, in nested queries too; InputError (unknown_term) for a term the sources file does not declare, or
+    one that sets a field the where sets itself."""
+    if isinstance(body, list):
+        return [with_terms(item, terms) for item in body]
+    if not isinstance(body, dict):
+        return body
+    expanded = {key: with_terms(value, terms) for key, value in body.items()}
+    where = expanded.get("where")
+    if isinstance(where, dict) and "term" in where:
+        where = dict(where)
+        term = term_named(where.pop("term"), terms)
+        for name, clause in term.where.items():
+            if name in where:
+                raise InputError(f"where 'term': {term.phrase!r} sets {name!r}, and so does the where itself",
+                                 code="unknown_term")
+            where[name] = clause
+        expanded["where"] = where
+    elif isinstance(where, list):
+        expanded["where"] = [clause for item in where for clause in (
+            cli_clauses(term_named(item.split("=", 1)[1], terms))
+            if isinstance(item, str) and item.split("=", 1)[0].strip() == "term" and "=" in item else [item])]
+    return expanded
+
+
+def term_named(named: Any, terms: tuple[Term, ...]) -> Term:
+    phrase = " ".join(re.findall(r"[a-z0-9]+", str(named).lower()))
+    term = next((term for term in terms if term.phrase == phrase), None)
+    if term is None:
+        declared = ", ".join(repr(term.phrase) for term in terms) or "none"
+        raise InputError(f"where 'term': {str(named)[:80]!r} is not a declared term (declared: {declared})",
+                         code="unknown_term")
+    return term
+
+
+def cli_clauses(term: Term) -> list[str]:
+    """The term's clauses in the CLI's `F=V` / `F>V` form."""
+    symbols = {value: key for key, value in OPERATORS.items()}
+    clauses = []
+    for name, clause in term.where.items():
+        if isinstance(clause, dict):
+            clauses += [f"{name}{symbols[op]}{value}" for op, value in clause.items()]
+        else:
+            clauses.append(f"{name}={clause}")
+    return clauses

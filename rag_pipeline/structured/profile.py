@@ -1,8 +1,8 @@
 """The profile of a corpus's fields, for reading questions against it: which values each field holds (and in how
 many documents of each class), which fields name classes of documents ("kind: city", "folder: contracts"), which
 fields name single documents (a name, a title), and which fields of one class hold the names of another's documents
-(a city's `state` names states; a state's `borders` names states). Read-only SQL over the sidecar, like the
-metadata query tool's; computed once per state of the sidecar (and of the sources file) and key scope.
+(a city's `state` names states; a state's `borders` names states). Read from the sidecar by the metadata query
+tool's module (profile_rows); computed once per state of the sidecar (and of the sources file) and key scope.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
-from rag_pipeline.structured.query import StateCache, declarations_state, scope_condition
+from rag_pipeline.structured.query import StateCache, declarations_state, profile_rows
 
 MAX_CLASSES = 40  # a field with more distinct values does not name classes of documents
 MIN_CLASS_SHARE = 0.25  # ... nor one that fewer than this share of the documents have
@@ -85,21 +85,8 @@ def corpus_profile(settings: Settings, sidecar: Sidecar, scope: Scope | None = N
 
 
 def build_profile(sidecar: Sidecar, scope: Scope | None) -> Profile:
-    scoped, params = scope_condition(scope)
-    documents_sql = f"SELECT sha FROM documents WHERE status = 'ok'{scoped}"
-    with sidecar.read_only() as con:
-        total = con.execute(f"SELECT count(*) FROM ({documents_sql})", params).fetchone()[0]
-        stats = con.execute(
-            "SELECT name, mode(kind), count(DISTINCT sha), count(DISTINCT lower(text_value)) FROM effective_fields "
-            f"WHERE sha IN ({documents_sql}) AND name NOT IN ('id', 'path') GROUP BY name", params).fetchall()
-        fields = {name: FieldProfile(name, kind, documents, distinct) for name, kind, documents, distinct in stats}
-        readable = [name for name, profile in fields.items()
-                    if profile.kind in ("string", "list") and profile.distinct <= MAX_FIELD_VALUES]
-        rows = con.execute(
-            "SELECT name, sha, text_value FROM effective_fields WHERE list_contains(?, name) "
-            f"AND sha IN ({documents_sql}) AND text_value IS NOT NULL", [readable, *params]).fetchall()
-        presence = con.execute(
-            f"SELECT DISTINCT sha, name FROM effective_fields WHERE sha IN ({documents_sql})", params).fetchall()
+    total, stats, rows, presence = profile_rows(sidecar, scope, MAX_FIELD_VALUES)
+    fields = {name: FieldProfile(name, kind, documents, distinct) for name, kind, documents, distinct in stats}
     values_of: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))  # field -> value -> shas
     spellings: dict[str, dict[str, Counter]] = defaultdict(lambda: defaultdict(Counter))
     for name, sha, text in rows:

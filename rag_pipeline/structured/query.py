@@ -39,6 +39,7 @@ import duckdb
 
 from rag_pipeline.errors import InputError, QueryTimeout
 from rag_pipeline.fields.registry import RegistryField, build_registry, declared_fields
+from rag_pipeline.fields.terms import declared_terms, with_terms
 from rag_pipeline.fields.values import FieldKind
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
@@ -234,6 +235,26 @@ def scope_condition(scope: Scope | None) -> tuple[str, list[Any]]:
     return "".join(f" AND {part}" for part in parts), params
 
 
+def profile_rows(sidecar: Sidecar, scope: Scope | None, max_values: int) -> tuple[int, list, list, list]:
+    """What a corpus profile (structured/profile.py) is built from, over the documents `scope` lets a key see:
+    their number; (name, kind, documents, distinct values) of each field; (name, sha, text) of the string and list
+    fields with at most `max_values` distinct values; (sha, name) of every field a document has."""
+    scoped, params = scope_condition(scope)
+    documents_sql = f"SELECT sha FROM documents WHERE status = 'ok'{scoped}"
+    with sidecar.read_only() as con:
+        total = con.execute(f"SELECT count(*) FROM ({documents_sql})", params).fetchone()[0]
+        stats = con.execute(
+            "SELECT name, mode(kind), count(DISTINCT sha), count(DISTINCT lower(text_value)) FROM effective_fields "
+            f"WHERE sha IN ({documents_sql}) AND name NOT IN ('id', 'path') GROUP BY name", params).fetchall()
+        readable = [name for name, kind, _, distinct in stats if kind in ("string", "list") and distinct <= max_values]
+        rows = con.execute(
+            "SELECT name, sha, text_value FROM effective_fields WHERE list_contains(?, name) "
+            f"AND sha IN ({documents_sql}) AND text_value IS NOT NULL", [readable, *params]).fetchall()
+        presence = con.execute(
+            f"SELECT DISTINCT sha, name FROM effective_fields WHERE sha IN ({documents_sql})", params).fetchall()
+    return total, stats, rows, presence
+
+
 class QueryRunner:
     """Compiles and runs MetadataQuery objects against one sidecar."""
 
@@ -259,7 +280,7 @@ class QueryRunner:
                 if registry is None:
                     registry = registry_of(con, self.settings, self.sidecar.path, scope)
                 if not isinstance(query, MetadataQuery):
-                    query = parse_request(query, registry)
+                    query = parse_request(with_terms(query, declared_terms(self.settings)), registry)
                 if bound:
                     query = with_clauses(query, tuple(parse_clause(name, value, registry)
                                                       for name, value in bound.items()))

@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     metadata.add_argument("--where", action="append", default=[], metavar="F=V",
                           help="repeatable, ANDed: F=V (on a list field: contains V; text ignores case), F=V1|V2 (any "
                                "of), F>=V, F<=V, F>V, F<V (numbers and dates; a date may be YYYY or YYYY-MM), F~V "
-                               "(contains)")
+                               "(contains), term=NAME (a term the sources file declares)")
     metadata.add_argument("--limit", type=int, default=None, help="rows (default 100, top_n 10; at most 1000)")
     metadata.add_argument("--json-body", default=None, metavar="JSON",
                           help="the whole query as the JSON body POST /query takes (instead of OP and the options "
