@@ -97,6 +97,12 @@ class Settings(BaseSettings):
     # again (delete the document's artifacts), and the raw bytes are gone for inspection.
     keep_unredacted: bool = True
 
+    # Facts stated in document bodies ("- Population: 98315", two-column tables, list-only sections) become fields
+    # with origin `body` (ingest/body_facts.py; stated front matter and properties win, rosters win over both).
+    # The default of every source; a source of RAG_SOURCES_FILE may say `body_facts: false`. A change applies to
+    # every document at the next ingest's sync of its sources, without converting anything again.
+    body_facts: bool = True
+
     # Chunking. "tokens" sizes chunks in the embedding model's word pieces (chunk_size counts the whole embedded
     # text: context line, overlap and chunk; capped so it fits the model's window); "recursive" and
     # "sentence_window" in characters. Unset sizes take the chunker's defaults (CHUNK_DEFAULTS). A data dir with

@@ -3,6 +3,7 @@
     sources: {...}   # named sets of roots and upload areas (ingest/sources.py)
     roster: [...]    # master data joined onto documents (structured/roster.py)
     fields: {...}    # field declarations: types, filters, enrichment (fields/registry.py)
+    terms: {...}     # business terms: "major city: population > 150000" (fields/terms.py)
 
 Each layer reads its own section through `read_sources_file`, so the file's format lives in one place.
 """
@@ -15,7 +16,7 @@ import yaml
 
 from rag_pipeline.errors import ConfigError
 
-SECTIONS = ("sources", "roster", "fields")
+SECTIONS = ("sources", "roster", "fields", "terms")
 
 
 def read_sources_file(path: Path) -> dict:

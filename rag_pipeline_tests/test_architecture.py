@@ -153,14 +153,19 @@ SIDECAR_CONNECTIONS = {"connect", "read_only", "transaction"}  # Sidecar's conne
 
 
 def sidecar_relations() -> set[str]:
-    """The names of the sidecar's tables, views and table macros (of a new sidecar: what the migrations make)."""
-    from rag_pipeline.sidecar import Sidecar
+    """The names of the sidecar's tables, views and table macros (of a new sidecar: what the migrations make) and
+    of the chat file beside it."""
+    from rag_pipeline.sidecar import ChatStore, Sidecar
 
+    names: set[str] = set()
     with tempfile.TemporaryDirectory() as folder:
-        with Sidecar(Path(folder) / "sidecar.duckdb").connect() as con:
-            return {name for (name,) in con.execute(
-                "SELECT table_name FROM information_schema.tables UNION SELECT function_name FROM duckdb_functions() "
-                "WHERE function_type = 'table_macro' AND NOT internal").fetchall()}
+        sidecar = Sidecar(Path(folder) / "sidecar.duckdb")
+        for store in (sidecar, ChatStore.beside(sidecar.path)):
+            with store.connect() as con:
+                names |= {name for (name,) in con.execute(
+                    "SELECT table_name FROM information_schema.tables UNION SELECT function_name FROM "
+                    "duckdb_functions() WHERE function_type = 'table_macro' AND NOT internal").fetchall()}
+    return names
 
 
 def sidecar_access(source: str, relations: set[str]) -> list[tuple[str, str]]:

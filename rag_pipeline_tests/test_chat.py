@@ -15,7 +15,7 @@ import yaml
 
 from rag_pipeline import components
 from rag_pipeline.chat.memory import LOCAL_OWNER, ChatMemory
-from rag_pipeline.chat.planner import FieldCatalog, plan
+from rag_pipeline.chat.planner import FieldCatalog, answer_value, field_catalog, plan, same_answer
 from rag_pipeline.chat.turn import ChatService
 from rag_pipeline.components import load_settings
 from rag_pipeline.errors import NotFound
@@ -24,8 +24,8 @@ from rag_pipeline.evaluate.golden import load_golden
 from rag_pipeline.llm import build_llm
 from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
-from rag_pipeline.sidecar import Sidecar
-from rag_pipeline.structured.query import QueryRunner, load_registry, named_values
+from rag_pipeline.sidecar import ChatStore, Sidecar
+from rag_pipeline.structured.query import QueryResult, QueryRunner
 from rag_pipeline_tests.fake_ollama import FakeOllama
 from rag_pipeline_tests.fake_openai import FakeOpenAI
 from rag_pipeline_tests.test_api import parse_sse, running_api
@@ -42,33 +42,50 @@ def service(catalog: Settings) -> Iterator[Callable[..., ChatService]]:
 
     def make(settings: Settings = catalog) -> ChatService:
         return ChatService(settings, components.answerer(catalog, retriever), Sidecar(catalog.sidecar_path),
-                           build_llm(settings))
+                           ChatMemory(ChatStore.beside(catalog.sidecar_path), 30), build_llm(settings))
 
     yield make
     retriever.close()
 
 
+def planned_result(text: str, catalogue: FieldCatalog, runner: QueryRunner) -> QueryResult | None:
+    """The metadata result the deterministic planner gives (None: not one metadata call, or its readings
+    disagree, which the agent refuses)."""
+    actions = plan(text, catalogue)
+    if len(actions) != 1 or actions[0].tool != "query_metadata":
+        return None
+    result = runner.run_json(actions[0].args)
+    for alternative in actions[0].alternatives:
+        if not same_answer(answer_value(result, actions[0].args),
+                           answer_value(runner.run_json(alternative), alternative)):
+            return None
+    return result
+
+
 def test_the_planner_answers_the_golden_aggregation_questions_phrased_several_ways(catalog: Settings) -> None:
     sidecar = Sidecar(catalog.sidecar_path)
-    catalogue = FieldCatalog(load_registry(catalog, sidecar), named_values(catalog, sidecar))
+    catalogue = field_catalog(catalog, sidecar, None, components.embedder(catalog))
     runner = QueryRunner(catalog, sidecar)
     phrasings = yaml.safe_load(PARAPHRASES.read_text())
     correct = asked = 0
+    wrong: list[str] = []
     for question in load_golden(GOLDEN).questions:
         if question.kind != "aggregation":
             continue
-        for text in [question.question, *phrasings[question.id]]:
+        for text in [question.question, *phrasings.get(question.id, [])]:
             asked += 1
-            actions = plan(text, catalogue)
-            if len(actions) == 1 and actions[0].tool == "query_metadata":
-                result = runner.run_json(actions[0].args)
-                correct += is_correct(question, answer_of(result, next(iter(question.expected))))
-    assert asked == 111 and correct / asked >= 0.95
+            result = planned_result(text, catalogue, runner)
+            right = result is not None and is_correct(question, answer_of(result, next(iter(question.expected))))
+            correct += right
+            if result is not None and not right:
+                wrong.append(text)
+    assert asked == 132 and correct / asked >= 0.97
+    assert not wrong  # what the planner cannot read it refuses; it never answers wrongly
 
 
 def test_semantic_questions_go_to_search(catalog: Settings) -> None:
     sidecar = Sidecar(catalog.sidecar_path)
-    catalogue = FieldCatalog(load_registry(catalog, sidecar), named_values(catalog, sidecar))
+    catalogue = field_catalog(catalog, sidecar, None, components.embedder(catalog))
     routed = [plan(question.question, catalogue)[0].tool for question in load_golden(GOLDEN).questions
               if question.kind == "semantic"]
     assert routed.count("semantic_search") / len(routed) >= 0.9
@@ -82,8 +99,9 @@ def test_a_compound_question_uses_both_tools(service: Callable[..., ChatService]
     done = events[-1][1]
     assert [step["tool"] for step in done["trajectory"]] == ["query_metadata", "semantic_search"]
     assert done["trajectory"][1]["args"]["filters"] == {"genre": "fishing"}
-    puzzle = QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json({"op": "count", "where": {"genre": "puzzle"}})
-    assert done["answer"].startswith(f"{puzzle.rows[0]['count']} documents matching genre = puzzle")
+    puzzle = QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json(
+        {"op": "count", "where": {"folder": "projects", "genre": "puzzle"}})  # "projects": the folder's documents
+    assert done["answer"].startswith(f"{puzzle.rows[0]['count']} documents matching folder = projects, genre = puzzle")
     assert "retired ferry captain" in done["answer"] and done["exit_reason"] == "planned"
     kinds = {citation["kind"] for citation in done["citations"]}
     assert kinds == {"document", "passage"} and done["llm_calls"] == 0
@@ -92,29 +110,29 @@ def test_a_compound_question_uses_both_tools(service: Callable[..., ChatService]
 def test_follow_ups_keep_the_previous_filters(service: Callable[..., ChatService], catalog: Settings) -> None:
     chat = service()
     first = chat.turn("Which projects were cancelled?", LOCAL_OWNER)
-    assert first["trajectory"][0]["args"]["where"] == {"status": "cancelled"}
+    assert first["trajectory"][0]["args"]["where"] == {"folder": "projects", "status": "cancelled"}
     second = chat.turn("and how many of those were signed after 2020?", LOCAL_OWNER, first["session_id"])
     where = second["trajectory"][0]["args"]["where"]
-    assert where == {"status": "cancelled", "signed": {"gt": "2020"}} and second["trajectory"][0]["args"]["op"] == "count"
+    assert where == {"folder": "projects", "status": "cancelled", "signed": {"gt": "2020"}} and second["trajectory"][0]["args"]["op"] == "count"
     expected = QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json({"op": "count", "where": where})
     assert second["answer"].startswith(f"{expected.rows[0]['count']} documents")
     third = chat.turn("what about the racing ones?", LOCAL_OWNER, first["session_id"])  # a new value replaces none
     assert third["trajectory"][0]["args"]["where"]["genre"] == "racing"
     assert third["trajectory"][0]["args"]["where"]["status"] == "cancelled"
-    turns = ChatMemory(Sidecar(catalog.sidecar_path), 30).turns(first["session_id"], LOCAL_OWNER)
+    turns = ChatMemory(ChatStore.beside(catalog.sidecar_path), 30).turns(first["session_id"], LOCAL_OWNER)
     assert [turn["turn"] for turn in turns] == [1, 2, 3] and turns[1]["record"]["exit_reason"] == "planned"
 
 
 def test_memory_belongs_to_its_owner_and_expires(tmp_path: Path) -> None:
-    sidecar = Sidecar(tmp_path / "sidecar.duckdb")
-    memory = ChatMemory(sidecar, retention_days=30)
+    store = ChatStore.beside(tmp_path / "sidecar.duckdb")
+    memory = ChatMemory(store, retention_days=30)
     session, history = memory.session(None, "alice")
     assert history == [] and memory.save(session, "alice", "hi", "hello", {"filters": {}}) == 1
     with pytest.raises(NotFound):
         memory.turns(session, "bob")
     with pytest.raises(NotFound):
         memory.save(session, "bob", "mine now?", "no", {})
-    expiring = ChatMemory(sidecar, retention_days=1e-9)
+    expiring = ChatMemory(store, retention_days=1e-9)
     other, _ = expiring.session(None, "carol")
     expiring.save(other, "carol", "x", "y", {})  # saving prunes sessions idle for longer than the retention
     with pytest.raises(NotFound):
@@ -240,7 +258,10 @@ def test_evaluation_of_chat_next_to_ask(service: Callable[..., ChatService], cat
     from rag_pipeline.evaluate.chat_eval import evaluate_chat
 
     chat = service()
-    report = evaluate_chat(load_golden(GOLDEN).questions, chat, chat.answerer, QueryRunner(
+    # The questions of the later operations (tag `extended`: aggregates, set operations, semi-joins) are planned by
+    # the planner of issue 25; the query tool answers them exactly (test_metadata_query.py).
+    questions = [question for question in load_golden(GOLDEN).questions if "extended" not in question.tags]
+    report = evaluate_chat(questions, chat, chat.answerer, QueryRunner(
         catalog, Sidecar(catalog.sidecar_path)), conversations=REPO / "golden" / "catalog_conversations.yaml")
     aggregation, semantic = report["by_kind"]["aggregation"], report["by_kind"]["semantic"]
     assert aggregation["questions"] == 37 and aggregation["chat_routing_accuracy"] == 1.0
@@ -281,7 +302,8 @@ def test_injected_field_values_are_flagged_in_observations(tmp_path: Path, monke
     ingest(data_dir=settings.data_dir)
     retriever = components.open_retriever(settings)
     try:
-        chat = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path), None)
+        chat = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
+                           ChatMemory(ChatStore.beside(settings.sidecar_path), 30), None)
         done = chat.turn("Which puzzle documents are there?", LOCAL_OWNER)
     finally:
         retriever.close()
@@ -308,7 +330,7 @@ def test_cli_chat_one_turn_and_a_session(catalog: Settings, tmp_path: Path) -> N
     session = subprocess.run(command, input="Which projects were cancelled?\nand how many of those are there?\n\n",
                              capture_output=True, text=True, env=env, timeout=300)
     assert session.returncode == 0, session.stderr
-    assert "documents matching status = cancelled" in session.stdout
+    assert "documents matching folder = projects, status = cancelled" in session.stdout
     assert session.stderr.count("-> query_metadata") == 2
 
 
@@ -388,7 +410,7 @@ def test_the_compose_step_may_not_invent_numbers_or_documents(service: Callable[
 def test_concurrent_turns_of_one_session(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    memory = ChatMemory(Sidecar(tmp_path / "sidecar.duckdb"), 30)
+    memory = ChatMemory(ChatStore.beside(tmp_path / "sidecar.duckdb"), 30)
     session, _ = memory.session(None, "key:alice")
     memory.save(session, "key:alice", "first", "answer", {})
     with ThreadPoolExecutor(8) as pool:

@@ -24,7 +24,9 @@ from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.structured.operations import NAMES
 from rag_pipeline.structured.query import QueryRunner
+from rag_pipeline.structured.request import MAX_DEPTH
 from rag_pipeline_tests.sidecar_sql import sql_rows
 from rag_pipeline_tests.test_api import running_api
 
@@ -176,8 +178,7 @@ def test_roster_join_and_every_reconciliation_state(catalog: Settings) -> None:
 def test_golden_aggregation_questions_are_exact(catalog: Settings) -> None:
     golden = load_golden(GOLDEN)
     questions = [question for question in golden.questions if question.kind == "aggregation"]
-    assert len(questions) >= 24 and {q.query["op"] for q in questions} == {"count", "list", "distinct", "group_by",
-                                                                           "top_n", "lookup"}
+    assert len(questions) >= 24 and {q.query["op"] for q in questions} == set(NAMES)
     report = evaluate_aggregations(questions, QueryRunner(catalog, Sidecar(catalog.sidecar_path)))
     assert report["misses"] == [] and report["accuracy"] == 1.0
 
@@ -215,6 +216,22 @@ def test_cli_query_contract(catalog: Settings) -> None:
     assert refused.returncode == 2 and json.loads(refused.stdout)["error"]["code"] == "unknown_field"
     table = cli("list", "--where", "themes=citrus", "--field", "title")
     assert table.returncode == 0 and "Marmalade Circuit" in table.stdout
+    best = cli("argmin", "--field", "year", "--return", "project_id", "--json")
+    assert best.returncode == 0, best.stderr
+    assert {row["value"] for row in json.loads(best.stdout)["rows"]} == {"P-003", "P-014"}
+    total = cli("sum", "--field", "budget_k", "--where", "type=md")
+    assert total.returncode == 0 and "sum of budget_k over 23 documents matching type = md" in total.stdout
+    body = {"op": "intersect", "queries": [{"op": "distinct", "field": "publisher", "where": {"genre": "puzzle"}},
+                                           {"op": "distinct", "field": "publisher", "where": {"genre": "racing"}}]}
+    both = cli("--json-body", json.dumps(body), "--json")
+    assert both.returncode == 0, both.stderr
+    assert [row["value"] for row in json.loads(both.stdout)["rows"]] == ["Brightfield Games", "Copperleaf Publishing",
+                                                                         "Northwind Interactive"]
+    for args, code in [(("count", "--json-body", "{}"), "invalid_body"), (("--json-body", "[1", ), "invalid_json"),
+                       ((), "invalid_op"), (("--json-body", json.dumps({"op": "sum", "field": "title"})),
+                                            "invalid_field")]:
+        refused = cli(*args, "--json")
+        assert refused.returncode == 2 and json.loads(refused.stdout)["error"]["code"] == code, refused.stdout
 
 
 def test_http_query_and_fields(catalog: Settings) -> None:
@@ -235,6 +252,40 @@ def test_http_query_and_fields(catalog: Settings) -> None:
                            ({"op": "drop"}, "invalid_op")]:
             refused = post(tokens["all"], body)
             assert refused.status_code == 400 and refused.json()["error"]["code"] == code, refused.text
+        # the operations of issue 25, their JSON forms and their refusals (each code names the part)
+        deep: dict = {"op": "distinct", "field": "genre"}
+        for _ in range(MAX_DEPTH + 1):
+            deep = {"op": "distinct", "field": "genre", "where": {"genre": {"in": deep}}}
+        press = {"op": "distinct", "field": "project_id", "where": {"folder": "press"}}
+        for body, rows in [
+            ({"op": "argmax", "field": "budget_k", "return": "title"}, [("Velvet Drift", 640)]),
+            ({"op": "group_by", "by": "publisher", "aggregate": {"op": "count"}, "having": {"gte": 8}},
+             [("Lantern House", 8), ("Northwind Interactive", 8)]),
+            ({"op": "count", "where": {"type": "md", "project_id": {"in": press}, "themes": {"empty": False}}},
+             [(3,)]),
+            ({"op": "except", "queries": [press, {"op": "list", "field": "project_id", "where": {"type": "md"}}]},
+             [("P-023",)]),
+        ]:
+            answered = post(tokens["all"], body)
+            assert answered.status_code == 200, answered.text
+            assert [tuple(row.values())[-2:] if "id" in row else tuple(row.values()) for row in
+                    answered.json()["rows"]] == rows, answered.text
+            assert answered.json()["operation"]
+        for body, code, where in [
+            (deep, "query_too_deep", "where 'genre' in: " * MAX_DEPTH),
+            ({"op": "list", "where": {"genre": {"in": {"op": "drop"}}}}, "invalid_op", "where 'genre' in: op"),
+            ({"op": "union", "queries": [press, {"op": "count"}]}, "invalid_queries", "union: both queries"),
+            ({"op": "list", "where": {"genre": {"in": {"op": "count"}}}}, "invalid_subquery", "where 'genre' in"),
+            ({"op": "sum", "field": "title"}, "invalid_field", "sum --field"),
+            ({"op": "group_by", "by": "genre", "having": {"over": 2}}, "invalid_having", "'having'"),
+            ({"op": "group_by", "by": "genre", "aggregate": {"op": "median"}}, "invalid_aggregate", "'aggregate'"),
+            ({"op": "union", "queries": [press]}, "invalid_queries", "'queries'"),
+            ({"op": "argmax", "field": "year", "return": "no such"}, "invalid_field", "'return'"),
+            ({"op": "argmax", "field": "year", "returns": "title"}, "unknown_field", "queries, return, where"),
+        ]:
+            refused = post(tokens["all"], body)
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == code, refused.text
+            assert where in refused.json()["error"]["message"], refused.text
         fields = httpx.get(f"{url}/fields", headers={"Authorization": f"Bearer {tokens['all']}"}, timeout=30).json()
         by_name = {field["name"]: field for field in fields["fields"]}
         assert by_name["genre"]["filterable"] and by_name["year"]["type"] == "number"
@@ -270,7 +321,276 @@ def test_evaluation_slices_by_kind(catalog: Settings) -> None:
     report = evaluate_index(catalog, GOLDEN, with_answers=False)
     assert report["questions"] == 12 and set(report["retrieval_by_kind"]) == {"semantic"}  # never as retrieval
     assert report["retrieval"]["metrics"]["recall@10"] >= 0.9
-    assert report["aggregation"]["questions"] == 37 and report["aggregation"]["accuracy"] == 1.0
-    assert set(report["aggregation"]["by_op"]) == {"count", "list", "distinct", "group_by", "top_n", "lookup"}
+    assert report["aggregation"]["questions"] == 58 and report["aggregation"]["accuracy"] == 1.0
+    assert set(report["aggregation"]["by_op"]) == set(NAMES)
     assert headline(report)["aggregation_accuracy"] == 1.0
     assert "Aggregation questions" in format_report(report)
+
+
+# --- the operations of issue 25: aggregates, argmax/argmin, having, set operations, semi-joins, reconciliation ---
+
+
+def refused(settings: Settings, body: dict, code: str, match: str | None = None) -> InputError:
+    with pytest.raises(InputError, match=match) as caught:
+        QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
+    assert caught.value.code == code, caught.value
+    return caught.value
+
+
+def test_sum_avg_min_max_and_count_distinct(catalog: Settings) -> None:
+    notes = run(catalog, op="list", field="budget_k", where={"type": "md"})["rows"]
+    budgets = [row["budget_k"] for row in notes if "budget_k" in row]
+    total = run(catalog, op="sum", field="budget_k", where={"type": "md"})
+    assert total["rows"] == [{"value": 6430.5}] and sum(budgets) == 6430.5
+    assert total["total_documents"] == len(budgets) == len(total["documents"])  # the documents summed are cited
+    assert total["operation"] == "sum of budget_k over 23 documents matching type = md"
+    whole = run(catalog, op="sum", field="year", where={"type": "md"})["rows"][0]["value"]
+    assert isinstance(whole, int) and whole == sum(row["year"] for row in run(
+        catalog, op="list", field="year", where={"type": "md"})["rows"] if "year" in row)  # integers stay exact
+    average = run(catalog, op="avg", field="budget_k", where={"type": "md"})["rows"][0]["value"]
+    assert average == pytest.approx(6430.5 / len(budgets), rel=1e-12)
+    assert run(catalog, op="min", field="budget_k")["rows"] == [{"value": min(budgets)}]
+    assert run(catalog, op="max", field="budget_k")["rows"] == [{"value": max(budgets)}]
+    assert run(catalog, op="min", field="signed")["rows"] == [{"value": "2020-09-30"}]  # a date, as stated
+    publishers = run(catalog, op="distinct", field="publisher")["rows"]
+    assert run(catalog, op="count_distinct", field="publisher")["rows"] == [{"count": len(publishers)}]
+    nothing = run(catalog, op="sum", field="budget_k", where={"type": "pdf"})
+    assert nothing["rows"] == [] and nothing["total_documents"] == 0  # no document has the field: no number
+    assert run(catalog, op="count_distinct", field="budget_k", where={"type": "pdf"})["rows"] == [{"count": 0}]
+    refused(catalog, {"op": "sum", "field": "title"}, "invalid_field", "sum --field needs a number field")
+    refused(catalog, {"op": "max", "field": "themes"}, "invalid_field", "number or date")
+    refused(catalog, {"op": "avg"}, "missing_field", "avg needs --field")
+
+
+def test_argmax_and_argmin_return_every_tied_document(catalog: Settings) -> None:
+    biggest = run(catalog, op="argmax", field="budget_k", **{"return": "title"})
+    assert [(row["value"], row["field_value"]) for row in biggest["rows"]] == [("Velvet Drift", 640)]
+    assert set(biggest["rows"][0]) == {"id", "path", "value", "field_value"} and biggest["documents"][0]["path"] == \
+        biggest["rows"][0]["path"]
+    oldest = run(catalog, op="argmin", field="year", **{"return": "title"})["rows"]  # a tie: both
+    assert {row["value"] for row in oldest} == {"Lantern Keeper", "Quarry Kings"} and \
+        {row["field_value"] for row in oldest} == {2021}
+    default = run(catalog, op="argmin", field="year")["rows"]  # no return: the title
+    assert [row["value"] for row in default] == [row["value"] for row in oldest]
+    two = run(catalog, op="argmax", field="budget_k", limit=2, **{"return": "project_id"})["rows"]
+    assert [row["field_value"] for row in two] == sorted((row["budget_k"] for row in run(
+        catalog, op="list", field="budget_k")["rows"] if "budget_k" in row), reverse=True)[:2]
+    most = run(catalog, op="argmax", field="platforms", **{"return": "project_id"})["rows"]  # a list: its length
+    assert len(most) == 7 and {row["field_value"] for row in most} == {3}
+    themes = run(catalog, op="argmax", field="budget_k", **{"return": "themes"})["rows"][0]["value"]
+    assert sorted(themes) == ["city", "night"]  # a list field returned whole
+    latest = run(catalog, op="argmax", field="signed", where={"genre": "puzzle"})["rows"]
+    assert len(latest) == 1 and latest[0]["field_value"].startswith("20")
+    assert run(catalog, op="argmax", field="budget_k", where={"type": "pdf"})["rows"] == []
+    refused(catalog, {"op": "argmax", "field": "title"}, "invalid_field", "argmax --field needs")
+    refused(catalog, {"op": "argmax", "field": "year", "return": "salary"}, "unknown_field", "return 'salary'")
+
+
+def test_group_by_with_an_aggregate_and_having(catalog: Settings) -> None:
+    plain = run(catalog, op="group_by", by="publisher")["rows"]
+    having = run(catalog, op="group_by", by="publisher", having={"gt": 5})
+    assert having["rows"] == [row for row in plain if row["count"] > 5] and len(having["rows"]) == 3
+    assert having["operation"].endswith("; only groups with count > 5")
+    members = {row["id"] for value in ("Lantern House", "Northwind Interactive", "Copperleaf Publishing")
+               for row in run(catalog, op="list", where={"publisher": value})["rows"]}
+    assert {doc["id"] for doc in having["documents"]} == members  # the documents of the groups kept
+    sums = run(catalog, op="group_by", by="publisher", aggregate={"op": "sum", "field": "budget_k"},
+               where={"type": "md"})["rows"]
+    assert all(set(row) == {"value", "count", "sum"} for row in sums)
+    assert [row["sum"] for row in sums] == sorted((row["sum"] for row in sums), reverse=True)
+    for row in sums:
+        assert row["sum"] == run(catalog, op="sum", field="budget_k", where={"type": "md", "publisher": row["value"]}
+                                 )["rows"][0]["value"]
+    averages = run(catalog, op="group_by", by="genre", aggregate={"op": "avg", "field": "budget_k"},
+                   having={"gt": 300, "lte": 600}, where={"type": "md"})["rows"]
+    assert averages and all(300 < row["avg"] <= 600 for row in averages)
+    latest = run(catalog, op="group_by", by="publisher", aggregate={"op": "max", "field": "signed"})["rows"]
+    assert all(len(row["max"]) == 10 for row in latest)  # dates as stated
+    distinct = run(catalog, op="group_by", by="themes", aggregate={"op": "count_distinct", "field": "publisher"},
+                   having={"gte": 4})["rows"]
+    assert distinct == [{"value": "citrus", "count": 5, "count_distinct": 4}]
+    assert run(catalog, op="group_by", by="publisher", having={"gt": 100})["rows"] == []
+    refused(catalog, {"op": "group_by", "by": "genre", "aggregate": {"op": "sum", "field": "title"}}, "invalid_field")
+    refused(catalog, {"op": "group_by", "by": "genre", "aggregate": {"op": "median", "field": "year"}},
+            "invalid_aggregate")
+    refused(catalog, {"op": "group_by", "by": "genre", "having": {"above": 3}}, "invalid_having")
+    refused(catalog, {"op": "count", "having": {"gt": 3}}, "invalid_having", "count takes no having")
+
+
+def test_set_operations(catalog: Settings) -> None:
+    def publishers(genre: str) -> dict:
+        return {"op": "distinct", "field": "publisher", "where": {"genre": genre}}
+
+    puzzle = {row["value"] for row in run(catalog, **publishers("puzzle"))["rows"]}
+    racing = {row["value"] for row in run(catalog, **publishers("racing"))["rows"]}
+    both = run(catalog, op="intersect", queries=[publishers("puzzle"), publishers("racing")])
+    assert [row["value"] for row in both["rows"]] == sorted(puzzle & racing) and puzzle != racing
+    assert all(set(row) == {"value"} for row in both["rows"])
+    either = run(catalog, op="union", queries=[publishers("puzzle"), publishers("racing")])["rows"]
+    assert [row["value"] for row in either] == sorted(puzzle | racing)
+    only = run(catalog, op="except", queries=[publishers("puzzle"), publishers("racing")])["rows"]
+    assert {row["value"] for row in only} == puzzle - racing
+    # the documents cited hold a value of the result in a query it is kept from
+    cited = {doc["id"] for doc in both["documents"]}
+    holders = {row["id"] for genre in ("puzzle", "racing") for row in run(
+        catalog, op="list", field="publisher", where={"genre": genre})["rows"] if row["publisher"] in puzzle & racing}
+    assert cited == holders
+    looked_up = {"op": "lookup", "field": "publisher", "where": {"project_id": "P-008"}}  # one document's value
+    one = run(catalog, op="intersect", queries=[{"op": "distinct", "field": "publisher"}, looked_up])
+    assert [row["value"] for row in one["rows"]] == ["Copperleaf Publishing"]
+    years = run(catalog, op="intersect", queries=[{"op": "distinct", "field": "year"}, {  # numbers compare as numbers
+        "op": "lookup", "field": "year", "where": {"project_id": ["P-003", "P-004"]}}])["rows"]
+    assert years == [{"value": 2021}, {"value": 2024}]
+    citrus = {"op": "list", "where": {"themes": "citrus"}}
+    unreleased = run(catalog, op="except", queries=[citrus, {"op": "list", "where": {"status": "released"}}])
+    assert names(unreleased) == {"yuzu-yard.md"} and all(set(row) == {"id", "path"} for row in unreleased["rows"])
+    assert run(catalog, op="intersect", queries=[citrus, {"op": "list", "where": {"type": "pdf"}}])["rows"] == []
+    refused(catalog, {"op": "union", "queries": [publishers("puzzle"), citrus]}, "invalid_queries", "both queries")
+    refused(catalog, {"op": "union", "queries": [publishers("puzzle")]}, "invalid_queries", "two queries")
+    refused(catalog, {"op": "union", "queries": [publishers("puzzle"), {"op": "count"}]}, "invalid_queries")
+    refused(catalog, {"op": "union", "field": "genre", "queries": [citrus, citrus]}, "invalid_field")
+    refused(catalog, {"op": "intersect", "queries": [publishers("puzzle"), {"op": "nope"}]}, "invalid_op",
+            r"^queries\[1\]: op must be one of")
+
+
+def test_semi_joins_empty_and_contains(catalog: Settings) -> None:
+    press_projects = {"op": "distinct", "field": "project_id", "where": {"folder": "press"}}
+    notes = run(catalog, op="list", field="title", where={"type": "md", "project_id": {"in": press_projects}})
+    assert {row["title"] for row in notes["rows"]} == {"Deepwater Patience", "Lantern Keeper", "Yuzu Yard"}
+    assert "project_id in (distinct values of project_id matching folder = press)" in notes["operation"]
+    themes = run(catalog, op="lookup", field="themes", where={"title": {"in": {
+        "op": "argmax", "field": "budget_k", "return": "title", "where": {"type": "md"}}}})["rows"]
+    assert [(row["path"].rsplit("/", 1)[-1], sorted(row["value"])) for row in themes] == \
+        [("velvet-drift.md", ["city", "night"])]
+    big = {"op": "group_by", "by": "publisher", "having": {"gt": 5}}
+    counted = run(catalog, op="count", where={"type": "md", "publisher": {"in": big}})["rows"][0]["count"]
+    assert counted == sum(run(catalog, op="count", where={"type": "md", "publisher": row["value"]})["rows"][0]["count"]
+                          for row in run(catalog, **big)["rows"])
+    three = {"op": "distinct", "field": "project_id", "where": {"project_id": {"in": {
+        "op": "distinct", "field": "project_id", "where": {"folder": "press"}}}}}
+    assert run(catalog, op="count", where={"project_id": {"in": {"op": "distinct", "field": "project_id", "where": {
+        "project_id": {"in": three}}}}})["rows"] == [{"count": 7}]  # three levels under the top one: allowed
+    nowhere = run(catalog, op="count", where={"project_id": {"in": {"op": "distinct", "field": "project_id",
+                                                                    "where": {"type": "pdf"}}}})
+    assert nowhere["rows"] == [{"count": 0}]  # a subquery producing nothing matches nothing
+    years = run(catalog, op="count", where={"year": {"in": {"op": "argmin", "field": "year"}}})["rows"]
+    assert years == [{"count": 0}]  # titles are not numbers: they match no year
+    oldest = run(catalog, op="count", where={"year": {"in": {"op": "lookup", "field": "year", "where": {
+        "project_id": "P-003"}}}})["rows"]
+    assert oldest == [{"count": 2}]
+    empty = run(catalog, op="list", where={"type": "md", "themes": {"empty": True}})
+    assert names(empty) == {"brine-and-bramble.md"}  # its front matter does not parse
+    stated_themes = run(catalog, op="count", where={"type": "md", "themes": {"empty": False}})["rows"][0]["count"]
+    assert stated_themes == 23
+    both = run(catalog, op="list", where={"platforms": {"contains": ["PC", "switch"]}}, field="platforms")["rows"]
+    assert len(both) == 8 and all({"PC", "Switch"} <= set(row["platforms"]) for row in both)
+    every = run(catalog, op="count", where={"platforms": {"contains": {
+        "op": "lookup", "field": "platforms", "where": {"project_id": "P-004"}}}})["rows"]  # PC, Switch, PS5
+    assert every == [{"count": 1}]
+    # bad subqueries are refused, naming where they are
+    deep = {"op": "distinct", "field": "project_id"}
+    for _ in range(6):
+        deep = {"op": "distinct", "field": "project_id", "where": {"project_id": {"in": deep}}}
+    refused(catalog, deep, "query_too_deep", "nest at most 5 levels")
+    refused(catalog, {"op": "list", "where": {"genre": {"in": {"op": "explode"}}}}, "invalid_op",
+            "^where 'genre' in: op must be one of")
+    refused(catalog, {"op": "list", "where": {"genre": {"in": {"op": "count", "where": {"type": "md"}}}}},
+            "invalid_subquery", "count does not produce values")
+    refused(catalog, {"op": "list", "where": {"genre": {"in": {"op": "list"}}}}, "invalid_subquery")
+    refused(catalog, {"op": "list", "where": {"genre": {"in": {"op": "distinct", "field": "x"}}}}, "unknown_field",
+            "where 'genre' in: field 'x'")
+    refused(catalog, {"op": "list", "where": {"genre": {"in": {"op": "distinct", "field": "genre", "sql": "1"}}}},
+            "unknown_field", "unknown key")
+    refused(catalog, {"op": "list", "where": {"title": {"contains": {"op": "distinct", "field": "genre"}}}},
+            "invalid_where", "needs a list field")
+    refused(catalog, {"op": "count", "where": {"themes": {"empty": "yes"}}}, "invalid_where")
+
+
+def test_the_request_filters_bound_every_query_of_the_tree(catalog: Settings) -> None:
+    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_path))
+    body = {"op": "count", "where": {"project_id": {"in": {"op": "distinct", "field": "project_id"}}}}
+    assert runner.run_json(body).rows == [{"count": 27}]
+    # the request's filter holds in the subquery too: only press pages' ids, and only press pages counted
+    assert runner.run_json(body, bound={"folder": "press"}).rows == [{"count": 4}]
+
+
+def test_text_matches_ignore_case_spaces_and_number(catalog: Settings) -> None:
+    exact = run(catalog, op="count", where={"publisher": "Lantern House"})["rows"]
+    for spelled in ("lantern house", "LANTERN  HOUSE", " Lantern House "):
+        assert run(catalog, op="count", where={"publisher": spelled})["rows"] == exact
+    assert run(catalog, op="count", where={"publisher": ["lantern house", "BRIGHTFIELD GAMES"]})["rows"][0]["count"] \
+        == exact[0]["count"] + run(catalog, op="count", where={"publisher": "Brightfield Games"})["rows"][0]["count"]
+    assert run(catalog, op="count", where={"themes": "Citrus"})["rows"] == [{"count": 5}]  # a list field
+    assert run(catalog, op="count", where=["genre=PUZZLE"])["rows"] == run(catalog, op="count", where={
+        "genre": "puzzle"})["rows"]
+    assert run(catalog, op="count", where={"genre": "puzzles"})["rows"] == run(catalog, op="count", where={
+        "genre": "puzzle"})["rows"]  # only the singular is stored: the plural finds it
+    assert run(catalog, op="count", where={"themes": "oceans"})["rows"] == run(catalog, op="count", where={
+        "themes": "ocean"})["rows"]
+    assert run(catalog, op="count", where={"project_id": "p-008"})["rows"] == [{"count": 1}]
+    assert run(catalog, op="count", where={"project_id": "P-00"})["rows"] == [{"count": 0}]  # not a word: as given
+    assert run(catalog, op="count", where={"genre": "puzz"})["rows"] == [{"count": 0}]  # equality, not a prefix
+    # numbers and dates stay typed
+    assert run(catalog, op="count", where={"year": "2021"})["rows"] == run(catalog, op="count", where={
+        "year": 2021.0})["rows"]
+
+
+def test_reconciliation_is_a_query(catalog: Settings) -> None:
+    sidecar = Sidecar(catalog.sidecar_path)
+    mismatches = run(catalog, op="reconciliation", where={"status": "mismatch"})
+    truth = sidecar.reconciliation("MISMATCH")
+    assert len(mismatches["rows"]) == len(truth) == 4
+    assert {(row["key"], row["field"], row["document_value"], row["roster_value"]) for row in mismatches["rows"]} \
+        == {(row["key"], row["field"], row["document_value"], row["roster_value"]) for row in truth}
+    assert set(mismatches["rows"][0]) == {"id", "path", "roster", "key", "field", "status", "document_value",
+                                          "roster_value"}
+    assert {doc["id"] for doc in mismatches["documents"]} == {row["id"] for row in mismatches["rows"]}
+    assert mismatches["operation"] == "roster reconciliation rows with status = MISMATCH over 4 documents"
+    publisher = run(catalog, op="reconciliation", where={"status": "MISMATCH", "field": "Publisher"})["rows"]
+    assert {row["key"] for row in publisher} == {"P-003", "P-008", "P-014"}
+    only = run(catalog, op="reconciliation", where={"status": "ROSTER_ONLY"})
+    assert {row["key"] for row in only["rows"]} == {"P-024"} and only["documents"] == []
+    assert all(row["id"] is None for row in only["rows"])
+    # rows about no document only when nothing restricts the documents
+    assert run(catalog, op="reconciliation", where={"status": "ROSTER_ONLY", "type": "md"})["rows"] == []
+    scoped = QueryRunner(catalog, sidecar).run_json({"op": "reconciliation", "where": {"status": "ROSTER_ONLY"}},
+                                                    Scope(sources=("catalog",)))
+    assert scoped.rows == []
+    notes = run(catalog, op="reconciliation", where={"status": ["MISMATCH", "MISSING_IN_ROSTER"], "type": "md"})
+    assert {row["status"] for row in notes["rows"]} == {"MISMATCH", "MISSING_IN_ROSTER"}
+    every = run(catalog, op="reconciliation")["rows"]
+    assert len(every) == len(sidecar.reconciliation()) and every[-1]["status"] == "MATCH"  # findings first
+    refused(catalog, {"op": "reconciliation", "where": {"status": "WRONG"}}, "invalid_where", "not one of")
+
+
+def test_results_state_their_operation_and_the_composer_lists_everything(catalog: Settings) -> None:
+    from rag_pipeline.chat.compose import describe, number, unit_of
+    from rag_pipeline.structured.query import QueryResult
+
+    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_path))
+    body = {"op": "avg", "field": "budget_k", "where": {"type": "md", "genre": "puzzle"}}
+    average = runner.run_json(body)
+    assert average.rows[0]["value"] == pytest.approx(152.58333333333334)  # full precision in the result
+    assert describe(body, average, 1) == ("Average of budget_k over 6 documents matching type = md, genre = puzzle: "
+                                          "152.58 [D1][D2][D3].")  # rounded in the sentence
+    body = {"op": "list", "where": {"type": "md"}}
+    listed = runner.run_json(body)
+    sentence = describe(body, listed, 1)
+    assert all(row["title"] in sentence for row in listed.rows) and "more" not in sentence  # all 24, not 10
+    body = {"op": "union", "queries": [{"op": "distinct", "field": "themes"}, {"op": "distinct", "field": "genre"}]}
+    values = runner.run_json(body)
+    assert len(values.rows) > 20 and all(str(row["value"]) in describe(body, values, 1) for row in values.rows)
+    body = {"op": "reconciliation", "where": {"status": "MISMATCH"}}
+    assert "publisher is Lantern House in the document, Northwind Interactive in the roster (MISMATCH)" in describe(
+        body, runner.run_json(body), 1)
+    body = {"op": "sum", "field": "budget_k", "where": {"type": "pdf"}}
+    assert describe(body, runner.run_json(body), 1) == "Sum of budget_k over 0 documents matching type = pdf: none."
+    # a unit in the field's name is stated with its numbers
+    assert (unit_of("length_km"), unit_of("area_sq_miles"), unit_of("price_usd"), unit_of("budget_k"),
+            unit_of("km")) == ("km", "sq mi", "USD", None, None)
+    assert number(1234.5678, "length_km") == "1234.57 km" and number(98315, "population") == "98315"
+    longest = QueryResult("argmax", [{"id": "a", "path": "/r/nile.md", "value": "Nile", "field_value": 6650}],
+                          [{"id": "a", "path": "/r/nile.md"}], False, 3,
+                          operation="name of the document(s) with the largest length_km over 3 documents")
+    assert describe({"op": "argmax", "field": "length_km", "return": "name"}, longest, 1) == \
+        "Name of the document(s) with the largest length_km over 3 documents: Nile (length_km 6650 km) [D1]."

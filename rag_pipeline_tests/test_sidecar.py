@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from rag_pipeline.sidecar import DOCUMENT_COLUMNS, Sidecar
+from rag_pipeline.sidecar import DOCUMENT_COLUMNS, ChatStore, Sidecar
 from rag_pipeline.sidecar.connection import SidecarFile
 from rag_pipeline.sidecar.migrations import STEPS, upgrade
 
@@ -259,6 +259,7 @@ def test_a_sidecar_of_every_earlier_version_upgrades_in_place(tmp_path: Path, na
     with duckdb.connect(str(path), read_only=True) as con:  # what the upgrade keeps as it is
         kept = {table: con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall()
                 for table in old["tables"] if table not in ("source_errors", "roster_links", "state")}
+    chat = {table: kept.pop(table) for table in ("chat_sessions", "chat_turns") if table in kept}
     sidecar = Sidecar(path)
 
     steps = recorded(sidecar)
@@ -267,7 +268,11 @@ def test_a_sidecar_of_every_earlier_version_upgrades_in_place(tmp_path: Path, na
     assert all(when is not None for _, when in steps[old["steps"]:])
     assert shape(path) == shape(Sidecar(tmp_path / "new" / "sidecar.duckdb").path)
     for table, rows in kept.items():
+        if table == "sources":  # step 0012 adds body_facts: every source keeps them in use
+            rows = [(*row, True) for row in rows]
         assert table_rows(sidecar, table) == rows, table
+    for table, rows in chat.items():  # the chat moved to its own file
+        assert table_rows(ChatStore.beside(path), table) == rows, table
 
     document = sidecar.documents()["a" * 64]
     assert {name: document[name] for name in old["documents"]} == {
@@ -352,7 +357,7 @@ def test_threads_opening_an_old_sidecar_at_once_apply_each_step_once(tmp_path: P
 
 
 def test_chat_turns_keep_their_owner_and_expire(tmp_path: Path) -> None:
-    sidecar = Sidecar(tmp_path / "sidecar.duckdb")
+    sidecar = ChatStore.beside(tmp_path / "sidecar.duckdb")
     day = timedelta(days=1)
     assert sidecar.append_chat_turn("s1", "key:a", "hi", "hello", {"n": 1}, day) == 1
     assert sidecar.append_chat_turn("s1", "key:b", "hi", "hello", {}, day) is None  # another owner's session

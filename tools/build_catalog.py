@@ -15,6 +15,7 @@ import html
 import io
 import re
 import zipfile
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
@@ -604,6 +605,56 @@ AGGREGATION = [
     ("lookup-starling-status", "What is the status of Starling Atlas?",
      dict(op="lookup", field="status", where={"title": "Starling Atlas"})),
 ]
+# Questions of the operations added later (aggregates, argmax/argmin, having, set operations, semi-joins,
+# reconciliation, folded text): tagged `extended`.
+EXTENDED_AGGREGATION = [
+    ("count-lantern-house-lower", "How many documents does lantern house publish?",
+     dict(op="count", where={"publisher": "lantern house"})),
+    ("count-no-themes", "How many project notes state no themes?", dict(op="count", where={"type": "md",
+                                                                                          "themes": {"empty": True}})),
+    ("list-pc-and-switch", "Which projects run on both PC and Switch?",
+     dict(op="list", where={"platforms": {"contains": ["PC", "Switch"]}})),
+    ("sum-budget", "What is the total budget of all projects?", dict(op="sum", field="budget_k", where={"type": "md"})),
+    ("avg-budget-puzzle", "What is the average budget of the puzzle projects?",
+     dict(op="avg", field="budget_k", where={"type": "md", "genre": "puzzle"})),
+    ("min-signed", "When was the earliest project signed?", dict(op="min", field="signed")),
+    ("max-budget-released", "What is the largest budget of a released project?",
+     dict(op="max", field="budget_k", where={"status": "released"})),
+    ("count-distinct-publisher", "How many different publishers are there?",
+     dict(op="count_distinct", field="publisher")),
+    ("argmax-budget", "Which project has the biggest budget?",
+     dict(op="argmax", field="budget_k", **{"return": "title"})),
+    ("argmin-year", "Which projects are the oldest?", dict(op="argmin", field="year", **{"return": "title"})),
+    ("argmax-platforms", "Which projects run on the most platforms?",
+     dict(op="argmax", field="platforms", **{"return": "title"})),
+    ("group-publisher-having", "Which publishers have more than 5 documents?",
+     dict(op="group_by", by="publisher", having={"gt": 5})),
+    ("group-publisher-budget", "What is the total budget per publisher?",
+     dict(op="group_by", by="publisher", aggregate={"op": "sum", "field": "budget_k"}, where={"type": "md"})),
+    ("group-genre-avg-budget-having", "Which genres have an average budget above 300 thousand?",
+     dict(op="group_by", by="genre", aggregate={"op": "avg", "field": "budget_k"}, having={"gt": 300},
+          where={"type": "md"})),
+    ("intersect-puzzle-racing-publishers", "Which publishers have both puzzle and racing games?",
+     dict(op="intersect", queries=[dict(op="distinct", field="publisher", where={"genre": "puzzle"}),
+                                   dict(op="distinct", field="publisher", where={"genre": "racing"})])),
+    ("union-publisher-genres", "Which genres do Lantern House or Copperleaf Publishing publish?",
+     dict(op="union", queries=[dict(op="distinct", field="genre", where={"publisher": "Lantern House"}),
+                               dict(op="distinct", field="genre", where={"publisher": "Copperleaf Publishing"})])),
+    ("except-citrus-unreleased", "Which citrus-themed projects are not released?",
+     dict(op="except", queries=[dict(op="list", where={"themes": "citrus"}),
+                                dict(op="list", where={"status": "released"})])),
+    ("semijoin-press-projects", "Which project notes have a press page?",
+     dict(op="list", where={"type": "md", "project_id": {"in": dict(op="distinct", field="project_id",
+                                                                    where={"folder": "press"})}})),
+    ("semijoin-big-publishers", "How many projects come from publishers with more than 5 documents?",
+     dict(op="count", where={"type": "md", "publisher": {"in": dict(op="group_by", by="publisher",
+                                                                    having={"gt": 5})}})),
+    ("nested-themes-of-biggest", "What are the themes of the project with the biggest budget?",
+     dict(op="lookup", field="themes", where={"title": {"in": dict(op="argmax", field="budget_k", where={"type": "md"},
+                                                                   **{"return": "title"})}})),
+    ("reconciliation-mismatch", "Which documents contradict the roster?",
+     dict(op="reconciliation", where={"status": "MISMATCH"})),
+]
 
 # ----------------------------------------------------------------------------------------------------- writers
 FIXED_ZIP_TIME = (2020, 1, 1, 0, 0, 0)
@@ -822,24 +873,34 @@ def equals(actual, wanted) -> bool:
             return float(actual) == float(wanted)
         except (TypeError, ValueError):
             return False
-    return str(actual) == str(wanted)
+    return folded(actual) == folded(wanted)  # text ignores case and runs of spaces
 
 
-def clause(actual, condition) -> bool:
+def folded(text) -> str:
+    return " ".join(str(text).split()).lower()
+
+
+def clause(docs: list[dict], actual, condition) -> bool:
+    if isinstance(condition, dict) and "empty" in condition:
+        return (actual in (None, [])) == condition["empty"]
     if actual is None:
         return False
+    values = actual if isinstance(actual, list) else [actual]
+    if isinstance(condition, dict) and "in" in condition:  # a semi-join: any value the query produces
+        return any(equals(value, w) for value in values for w in produced(docs, condition["in"]))
+    if isinstance(condition, dict) and "contains" in condition:  # a list holding every value
+        return all(any(equals(value, w) for value in values) for w in condition["contains"])
     if isinstance(condition, dict):
         ops = {"gte": lambda a, b: a >= b, "lte": lambda a, b: a <= b, "gt": lambda a, b: a > b,
                "lt": lambda a, b: a < b}
         return all(ops[op](actual, as_bound(bound, actual, end=op in ("lte", "gt")))
                    for op, bound in condition.items())
     wanted = condition if isinstance(condition, list) else [condition]
-    values = actual if isinstance(actual, list) else [actual]
     return any(equals(value, w) for value in values for w in wanted)
 
 
 def matching(docs: list[dict], where: dict | None) -> list[dict]:
-    return [d for d in docs if all(clause(d.get(field), cond) for field, cond in (where or {}).items())]
+    return [d for d in docs if all(clause(docs, d.get(field), cond) for field, cond in (where or {}).items())]
 
 
 def compute_count(docs, q):
@@ -861,14 +922,6 @@ def compute_distinct(docs, q):
     return {"values": sorted({as_text(v) for d in matching(docs, q.get("where")) for v in values_of(d, q["field"])})}
 
 
-def compute_group_by(docs, q):
-    counts: dict[str, int] = {}
-    for d in matching(docs, q.get("where")):
-        for v in values_of(d, q["by"]):
-            counts[as_text(v)] = counts.get(as_text(v), 0) + 1
-    return {"groups": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))}
-
-
 def compute_top_n(docs, q):
     having = [d for d in matching(docs, q.get("where")) if d.get(q["field"]) is not None]
     ranked = sorted(having, key=lambda d: d[q["field"]], reverse=True)
@@ -888,8 +941,118 @@ def compute_lookup(docs, q):
     return {"value": value}
 
 
+def as_answer(value):
+    """A computed value as the tool states it: an integer without .0, a date as ISO text, a Decimal as a number."""
+    if isinstance(value, Decimal):
+        value = int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def measured(docs: list[dict], op: str, field: str | None):
+    """count (documents), sum, avg, min, max or count_distinct of `field` over `docs`; None when none has it."""
+    if op == "count":
+        return len(docs)
+    values = [v for d in docs for v in values_of(d, field)]
+    if op == "count_distinct":
+        return len({as_text(v) for v in values})
+    if not values:
+        return None
+    if op in ("min", "max"):
+        return as_answer(min(values) if op == "min" else max(values))
+    total = sum(Decimal(str(v)) for v in values)
+    return as_answer(total if op == "sum" else float(total / len(values)))
+
+
+def compute_aggregate(docs, q):
+    value = measured([d for d in matching(docs, q.get("where")) if d.get(q["field"]) is not None], q["op"],
+                     q["field"])
+    return {"count": value} if q["op"] == "count_distinct" else {"value": value}
+
+
+def best_documents(docs, q) -> list[dict]:
+    """argmax/argmin: every document whose value (a list: its length) is at least as good as the limit-th best."""
+    def score(d):
+        value = d[q["field"]]
+        return len(value) if isinstance(value, list) else value
+
+    having = [d for d in matching(docs, q.get("where")) if d.get(q["field"]) not in (None, [])]
+    ordered = sorted((score(d) for d in having), reverse=q["op"] == "argmax")
+    if not ordered:
+        return []
+    cut = ordered[min(q.get("limit", 1), len(ordered)) - 1]
+    return [d for d in having if (score(d) >= cut if q["op"] == "argmax" else score(d) <= cut)]
+
+
+def compute_best(docs, q):
+    return {"values": sorted(as_text(d[q.get("return", "title")]) for d in best_documents(docs, q))}
+
+
+def groups_of(docs, q) -> dict[str, object]:
+    """group value -> the aggregate of its documents (default: their count), only the groups passing `having`."""
+    members: dict[str, list[dict]] = {}
+    for d in matching(docs, q.get("where")):
+        for v in values_of(d, q["by"]):
+            members.setdefault(as_text(v), []).append(d)
+    aggregate = q.get("aggregate", {"op": "count"})
+    ops = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b, "lt": lambda a, b: a < b,
+           "lte": lambda a, b: a <= b, "eq": lambda a, b: a == b}
+    found = {}
+    for value, group in members.items():
+        having = [d for d in group if aggregate["op"] == "count" or d.get(aggregate["field"]) is not None]
+        measure = measured(having, aggregate["op"], aggregate.get("field")) if having else None
+        if measure is not None and all(ops[op](measure, bound) for op, bound in q.get("having", {}).items()):
+            found[value] = measure
+    return found
+
+
+def compute_group_by(docs, q):
+    return {"groups": dict(sorted(groups_of(docs, q).items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
+def produced(docs, q) -> list:
+    """The values a query produces for a semi-join or a set operation."""
+    if q["op"] in ("argmax", "argmin"):
+        return [v for d in best_documents(docs, q) for v in values_of(d, q.get("return", "title"))]
+    if q["op"] == "group_by":
+        return list(groups_of(docs, q))
+    if q["op"] in ("intersect", "union", "except"):
+        return compute_set(docs, q)["values"]
+    return [v for d in matching(docs, q.get("where")) for v in values_of(d, q["field"])]
+
+
+def compute_set(docs, q):
+    first, second = q["queries"]
+    if first["op"] == "list" and "field" not in first:  # sets of documents
+        a, b = ({d["path"] for d in matching(docs, part.get("where"))} for part in (first, second))
+        return {"documents": sorted({"intersect": a & b, "union": a | b, "except": a - b}[q["op"]])}
+    a, b = ({folded(as_text(v)): as_text(v) for v in produced(docs, part)} for part in (first, second))
+    kept = {"intersect": {k: a[k] for k in a if k in b}, "union": {**b, **a},
+            "except": {k: a[k] for k in a if k not in b}}[q["op"]]
+    return {"values": sorted(kept.values())}
+
+
+def stated_fields(p: dict) -> dict:
+    """What a project note states itself (before the roster's authoritative columns replace it)."""
+    return {} if p.get("malformed") else {"publisher": p["publisher"], "genre": p["genre"]}
+
+
+def compute_reconciliation(docs, q):
+    """The documents whose own claim differs from the roster's authoritative value (MISMATCH), per field."""
+    assert q["where"] == {"status": "MISMATCH"}, "only MISMATCH questions are computed"
+    roster = {row["project_id"]: row for row in roster_rows()}
+    return {"documents": [f"projects/{p['slug']}.md" for p in PROJECTS if p["project_id"] in roster
+                          for name, value in stated_fields(p).items() if roster[p["project_id"]][name] != value]}
+
+
 COMPUTE = {"count": compute_count, "list": compute_list, "distinct": compute_distinct, "group_by": compute_group_by,
-           "top_n": compute_top_n, "lookup": compute_lookup}
+           "top_n": compute_top_n, "lookup": compute_lookup, "sum": compute_aggregate, "avg": compute_aggregate,
+           "min": compute_aggregate, "max": compute_aggregate, "count_distinct": compute_aggregate,
+           "argmax": compute_best, "argmin": compute_best, "intersect": compute_set, "union": compute_set,
+           "except": compute_set, "reconciliation": compute_reconciliation}
 
 
 # ------------------------------------------------------------------------------------------------------- golden
@@ -903,9 +1066,14 @@ GOLDEN_HEADER = """\
 #   plus each document's own metadata (front matter, core properties, PDF info, HTML meta); documents whose
 #   project_id is in roster.csv take the roster's publisher and genre (authoritative) and gain its team, region
 #   (and name where not stated); roster-only rows are never counted. where clauses are ANDed: a scalar matches
-#   equality (list fields: contains), a list means any of, {gte, lte, gt, lt} is a numeric or date range, a bare
-#   year matches a whole year of a date field. list answers compare as sets; top_n answers are ordered best first;
-#   group_by counts each element of a list field once per document.
+#   equality (list fields: contains; text ignores case and runs of spaces), a list means any of, {gte, lte, gt, lt}
+#   is a numeric or date range, a bare year matches a whole year of a date field, {contains: [...]} a list holding
+#   every value, {empty: true} no value, {in: QUERY} any value the query produces. list answers compare as sets;
+#   top_n answers are ordered best first; group_by counts each element of a list field once per document (or
+#   aggregates another field per group, keeping the groups `having` lets through); sum/avg/min/max/count_distinct
+#   run over the documents that have the field (numbers within a relative 1e-9); argmax/argmin give every document
+#   tied with the best; set operations compare values like where clauses; reconciliation lists the documents whose
+#   own claim the authoritative roster contradicts.
 """
 
 
@@ -918,9 +1086,10 @@ def golden() -> dict:
         assert s["expected_answer"] in document_text(s["doc"]), (s["id"], s["expected_answer"])
         questions.append(dict(id=s["id"], question=s["question"], kind="semantic", relevance={s["doc"]: 3, **s.get("also", {})},
                               expected_answer=s["expected_answer"], tags=s["tags"]))
-    for qid, question, query in AGGREGATION:
+    for qid, question, query in AGGREGATION + EXTENDED_AGGREGATION:
+        extended = ["extended"] if (qid, question, query) in EXTENDED_AGGREGATION else []
         questions.append(dict(id=qid, question=question, kind="aggregation", query=query,
-                              expected=COMPUTE[query["op"]](docs, query), tags=["aggregation", query["op"]]))
+                              expected=COMPUTE[query["op"]](docs, query), tags=["aggregation", query["op"], *extended]))
     return dict(name="catalog",
                 description="Questions over golden/catalog (a game studio's catalogue in md, docx, pptx, pdf and html "
                             "with a roster.csv): semantic retrieval plus exact metadata aggregations.",

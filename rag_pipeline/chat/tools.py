@@ -140,7 +140,7 @@ FILTER_AS_FIELD = {"doc_type": "type", "path": "path", "paths": "path", "sha": "
 
 def check_arguments(value: Any, depth: int = 0) -> None:
     """Arguments a model (or a client) wrote: plain JSON values, text that is valid Unicode, bounded size."""
-    if depth > 6:
+    if depth > 24:  # a nested query is a few levels per subquery (where, field, in)
         raise InputError("the arguments are nested too deeply")
     if isinstance(value, str):
         if len(value) > MAX_ARGUMENT_CHARS:

@@ -8,7 +8,7 @@ from typing import Any
 
 from rag_pipeline.chat.agent import ChatAgent
 from rag_pipeline.chat.memory import ChatMemory
-from rag_pipeline.chat.planner import FieldCatalog
+from rag_pipeline.chat.planner import field_catalog
 from rag_pipeline.chat.tools import Tools
 from rag_pipeline.errors import InputError
 from rag_pipeline.generate.answerer import Answerer
@@ -16,18 +16,19 @@ from rag_pipeline.index.vector_store import Filters, Scope
 from rag_pipeline.llm import ChatModel
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
-from rag_pipeline.structured.query import QueryRunner, load_registry, named_values
+from rag_pipeline.structured.query import QueryRunner
 
 MAX_MESSAGE_CHARS = 4000
 
 
 class ChatService:
-    def __init__(self, settings: Settings, answerer: Answerer, sidecar: Sidecar, llm: ChatModel | None) -> None:
+    def __init__(self, settings: Settings, answerer: Answerer, sidecar: Sidecar, memory: ChatMemory,
+                 llm: ChatModel | None) -> None:
         self.settings = settings
         self.answerer = answerer
         self.sidecar = sidecar
+        self.memory = memory
         self.llm = llm
-        self.memory = ChatMemory(sidecar, settings.chat_retention_days)
         self.runner = QueryRunner(settings, sidecar)
 
     def stream(self, message: str, owner: str, session_id: str | None = None, filters: Filters | None = None,
@@ -39,8 +40,7 @@ class ChatService:
         if len(message) > MAX_MESSAGE_CHARS:
             raise InputError(f"the message is longer than {MAX_MESSAGE_CHARS} characters", code="message_too_long")
         session_id, history = self.memory.session(session_id, owner)
-        catalog = FieldCatalog(load_registry(self.settings, self.sidecar, scope),
-                               named_values(self.settings, self.sidecar, scope))
+        catalog = field_catalog(self.settings, self.sidecar, scope, self.answerer.retriever.embedder)
         tools = Tools(self.answerer.retriever, self.runner, scope, filters)
         agent = ChatAgent(tools, self.answerer, catalog, self.llm, self.settings.chat_max_tool_calls)
         yield "session", {"session_id": session_id}

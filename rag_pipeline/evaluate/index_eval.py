@@ -12,7 +12,7 @@ from rag_pipeline.evaluate.golden_run import Granularity, evaluate_golden
 from rag_pipeline.evaluate.judge import Judge
 from rag_pipeline.llm import build_llm
 from rag_pipeline.settings import Settings
-from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.sidecar import ChatStore, Sidecar
 from rag_pipeline.structured.query import QueryRunner
 
 HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr@10", "map", "precision@5", "success@1")
@@ -46,6 +46,7 @@ def evaluate_chat_on_index(settings: Settings, golden_path: str | Path, paraphra
     """/chat next to /ask on the golden set (and its paraphrases and conversations) over the current index."""
     import yaml
 
+    from rag_pipeline.chat.memory import ChatMemory
     from rag_pipeline.chat.turn import ChatService
     from rag_pipeline.evaluate.chat_eval import evaluate_chat
 
@@ -58,7 +59,9 @@ def evaluate_chat_on_index(settings: Settings, golden_path: str | Path, paraphra
     retriever = components.open_retriever(settings, semantic_cache=False)
     try:
         answerer = components.answerer(settings, retriever)
-        chat = ChatService(settings, answerer, sidecar, build_llm(settings))
+        chat = ChatService(settings, answerer, sidecar,
+                           ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
+                           build_llm(settings))
         return evaluate_chat(golden.questions, chat, answerer, QueryRunner(settings, sidecar), phrasings,
                              Path(conversations) if conversations else None)
     finally:

@@ -227,7 +227,7 @@ def build_registry(stored: Iterable[Mapping[str, Any]], specs: Mapping[str, Fiel
     return registry
 
 
-EXTRACTED_ORIGINS = ["front_matter", "docx", "pptx", "pdf", "html", "heading"]  # what ingest states, not enrichment
+EXTRACTED_ORIGINS = ["front_matter", "docx", "pptx", "pdf", "html", "heading", "body"]  # what ingest reads, not enrichment
 EXTRACT_ERRORS = "extract"  # the origin of field errors found at ingest
 
 

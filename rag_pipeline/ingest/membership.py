@@ -27,7 +27,7 @@ def record_discovery(sidecar: Sidecar, specs: Sequence[SourceSpec], manifests: M
         manifest = manifests[spec.name]
         sidecar.record_source(spec.name, spec.kind, [str(root) for root in spec.roots],
                               [file_row(file) for file in manifest.files],
-                              [(error.path, error.reason) for error in manifest.errors])
+                              [(error.path, error.reason) for error in manifest.errors], spec.body_facts)
 
 
 def stored_manifest(sidecar: Sidecar, exclude: Sequence[str] = ()) -> Manifest:

@@ -19,6 +19,7 @@ from rag_pipeline.fields.registry import (
 )
 from rag_pipeline.fields.values import DocumentFields, FieldValue, scalar_text
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
+from rag_pipeline.ingest.body_facts import with_body_facts
 from rag_pipeline.ingest.converters import first_heading
 from rag_pipeline.ingest.redaction_rules import redact_value, redact_with
 from rag_pipeline.ingest.secret_check import find_leaks
@@ -48,10 +49,11 @@ def redact_field(settings: Settings, name: str, value: FieldValue) -> FieldValue
 
 
 def stated_fields(extracted: dict | None, titles: dict[str, str], specs: Mapping[str, FieldSpec],
-                  settings: Settings) -> DocumentFields:
+                  settings: Settings, body: str | None = None) -> DocumentFields:
     """A document's stated fields, redacted like its text (each value with its field's name as context; a field
-    whose name holds a secret is dropped), with the declared types applied; `title` falls back to the (redacted)
-    first heading."""
+    whose name holds a secret is dropped), and the facts its redacted `body` states under names it does not state
+    otherwise (origin `body`), with the declared types applied; `title` falls back to the (redacted) first
+    heading."""
     fields = DocumentFields.from_json(extracted)
     for name, value in list(fields.values.items()):
         cleaned = redact_field(settings, name, value)
@@ -63,6 +65,8 @@ def stated_fields(extracted: dict | None, titles: dict[str, str], specs: Mapping
     heading = titles.get("first_heading") or titles.get("title")
     if "title" not in fields.values and heading:
         fields.values["title"] = FieldValue("string", heading, "heading")
+    if body is not None:
+        fields = with_body_facts(fields, body, titles.get("title") or heading)
     return declared_values(fields, specs)
 
 
@@ -138,7 +142,7 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
         titles = {key: cleaned for key, found in (("title", converted_json.get("title")),
                                                   ("first_heading", first_heading(text)))
                   if found and (cleaned := redact_value(settings, key, found))}
-        fields = stated_fields(converted_json.get("fields"), titles, specs, settings)
+        fields = stated_fields(converted_json.get("fields"), titles, specs, settings, result.text)
         where = surviving_secrets(result.text, {**titles, **fields.values})
         if where:
             error = withheld(where)

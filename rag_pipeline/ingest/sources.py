@@ -6,6 +6,7 @@
         rules: {include: ["**/*.md"], tags: {"legal/**": legal}}   # the corpus rules keys (ingest/corpus_rules.py)
       inbox:
         uploads: true                        # an upload area: <data dir>/uploads/inbox
+        body_facts: false                    # no fields from its documents' bodies (default: RAG_BODY_FACTS)
     roster: [...]                            # canonical master data joined onto documents (structured/roster.py)
     fields: {...}                            # field declarations: types, filters, enrichment (fields/registry.py)
 
@@ -28,17 +29,19 @@ from rag_pipeline.sources_file import SECTIONS, read_sources_file
 
 DEFAULT_SOURCE = "default"
 SOURCE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-SOURCE_KEYS = ("roots", "rules", "uploads")
+SOURCE_KEYS = ("roots", "rules", "uploads", "body_facts")
 
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """One source: its roots (an upload area's single root is its folder under the data dir) and its rules."""
+    """One source: its roots (an upload area's single root is its folder under the data dir), its rules, and
+    whether facts stated in its documents' bodies are fields."""
 
     name: str
     roots: tuple[Path, ...]
     rules: CorpusRules | None = None
     uploads: bool = False
+    body_facts: bool = True
 
     @property
     def kind(self) -> str:
@@ -87,18 +90,22 @@ def load_sources_file(path: Path, settings: Settings) -> dict[str, SourceSpec]:
             problems.append(error.message)
             continue
         uploads, roots = entry.get("uploads", False), entry.get("roots")
+        body_facts = entry.get("body_facts", settings.body_facts)
+        if not isinstance(body_facts, bool):
+            problems.append(f"{where}: body_facts must be true or false, got {body_facts!r}")
+            continue
         if uploads is True:
             if roots:
                 problems.append(f"{where}: an upload source has no roots (its files live under the data dir)")
                 continue
-            specs[name] = SourceSpec(name, (upload_root(settings, name),), rules, uploads=True)
+            specs[name] = SourceSpec(name, (upload_root(settings, name),), rules, uploads=True, body_facts=body_facts)
         elif uploads is not False:
             problems.append(f"{where}: uploads must be true or false, got {uploads!r}")
         elif not isinstance(roots, list) or not roots or not all(isinstance(root, str) and root for root in roots):
             problems.append(f"{where}: roots must be a non-empty list of folders")
         else:
             specs[name] = SourceSpec(name, tuple((path.parent / Path(root).expanduser()).resolve() for root in roots),
-                                     rules)
+                                     rules, body_facts=body_facts)
     if problems:
         raise ConfigError("; ".join(problems))
     return specs
@@ -110,7 +117,7 @@ def configured_sources(settings: Settings) -> dict[str, SourceSpec]:
     specs = load_sources_file(settings.sources_file, settings) if settings.sources_file else {}
     if settings.roots and DEFAULT_SOURCE not in specs:
         specs[DEFAULT_SOURCE] = SourceSpec(DEFAULT_SOURCE, tuple(Path(root).resolve() for root in settings.roots),
-                                           configured_rules(settings.corpus_rules))
+                                           configured_rules(settings.corpus_rules), body_facts=settings.body_facts)
     return specs
 
 
@@ -126,12 +133,13 @@ def resolve_source(settings: Settings, name: str, roots: Sequence[str | Path] | 
             raise InputError(f"source {name!r} is an upload area: upload files to it (rag-pipeline upload) instead "
                              "of giving roots", code="upload_source")
         rules = spec.rules if spec is not None else configured_rules(settings.corpus_rules)
-        return SourceSpec(name, tuple(Path(root).resolve() for root in roots), rules)
+        return SourceSpec(name, tuple(Path(root).resolve() for root in roots), rules,
+                          body_facts=spec.body_facts if spec is not None else settings.body_facts)
     if spec is not None:
         return spec
     if stored_roots and name in stored_roots:
         return SourceSpec(name, tuple(Path(root) for root in stored_roots[name]),
-                          configured_rules(settings.corpus_rules))
+                          configured_rules(settings.corpus_rules), body_facts=settings.body_facts)
     known = sorted(set(configured) | set(stored_roots or ()))
     raise NotFound(f"unknown source {name!r}: it is not in RAG_SOURCES_FILE and was never synced with roots"
                    + (f" (known: {', '.join(known)})" if known else ""), code="unknown_source")

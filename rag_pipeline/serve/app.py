@@ -55,7 +55,7 @@ from rag_pipeline.serve.public_paths import ServerPaths
 from rag_pipeline.serve.routes import conversation, documents, keys, metadata, ops, search
 from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
-from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.sidecar import ChatStore, Sidecar
 from rag_pipeline.structured.query import QueryRunner
 
 
@@ -66,7 +66,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     services = Services(
         settings=settings, runtime=Runtime(settings, retriever), metrics=Metrics(),
         ingest_jobs=IngestJobs(settings.data_dir), sidecar=sidecar, query_runner=QueryRunner(settings, sidecar),
-        chat_memory=ChatMemory(sidecar, settings.chat_retention_days),
+        chat_memory=ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
         search_threads=CapacityLimiter(settings.api_search_threads), auth=Auth(settings),
         paths=ServerPaths(settings, sidecar))
 

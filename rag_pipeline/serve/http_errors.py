@@ -36,6 +36,7 @@ from rag_pipeline.errors import (
 )
 from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.serve.models import MAX_API_TOP_K, ErrorResponse
+from rag_pipeline.structured.operations import AGGREGATES, COMPARISONS
 from rag_pipeline.structured.operations import NAMES as OPERATION_NAMES
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,12 @@ FIELD_RULES = {
     "op": ("invalid_op", f"must be one of {', '.join(OPERATION_NAMES)}"),
     "field": ("invalid_field", "must be a field name"),
     "by": ("invalid_field", "must be a field name"),
-    "where": ("invalid_where", "must map fields to values, or be a list of 'F=V' strings"),
+    "return": ("invalid_field", "must be a field name"),
+    "where": ("invalid_where", "must map fields to a value, a list, {gte|gt|lte|lt|eq|in|contains|empty: ...} or "
+                               "{in: QUERY}, or be a list of 'F=V' strings"),
+    "aggregate": ("invalid_aggregate", f"must be {{op: {'|'.join(AGGREGATES)}, field?: F}}"),
+    "having": ("invalid_having", f"must be {{{'|'.join(COMPARISONS)}: N}}"),
+    "queries": ("invalid_queries", "must be a list of two queries"),
     "limit": ("invalid_limit", "must be an integer from 1 to 1000"),
     "message": ("invalid_message", "must be a non-empty string of at most 4000 characters"),
     "session_id": ("invalid_session_id", "must be a session id returned by POST /chat"),
@@ -165,10 +171,10 @@ def input_error(errors: Sequence[dict[str, Any]], allowed: Iterable[str] = ()) -
 
 
 def body_fields(route: object) -> dict[str, Any]:
-    """The fields of the route's JSON body model (none for a route without one)."""
+    """The fields of the route's JSON body model by their names in JSON (none for a route without one)."""
     body = getattr(route, "body_field", None)
     annotation = body.field_info.annotation if body is not None else None  # e.g. IngestRequest | None
     for model in (annotation, *get_args(annotation)):
         if isinstance(model, type) and issubclass(model, BaseModel):
-            return model.model_fields
+            return {info.alias or name: info for name, info in model.model_fields.items()}
     return {}

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    create_model,
+)
 
 from rag_pipeline.index.vector_store import FILTER_KEYS
 from rag_pipeline.retrieve.retriever import Mode
-from rag_pipeline.structured.operations import NAMES
+from rag_pipeline.structured.operations import AGGREGATES, COMPARISONS, NAMES
 
 MAX_API_TOP_K = 100
 
@@ -66,18 +76,39 @@ class AskRequest(StrictBody):
 
 
 WhereScalar = Annotated[String | StrictInt | StrictFloat, Field(union_mode="left_to_right")]
-WhereValue = WhereScalar | list[WhereScalar] | dict[str, WhereScalar | list[WhereScalar]]
+# A nested query (a semi-join's {"in": {...}}, a set operation's queries): an object of this same form, checked by
+# the query parser (structured/request.py), whose errors name the part (queries[1]: ..., where 'state' in: ...).
+NestedQuery = dict[str, Any]
+WhereValue = WhereScalar | list[WhereScalar] | dict[str, WhereScalar | list[WhereScalar] | StrictBool | NestedQuery]
+
+
+class Aggregate(StrictBody):
+    """group_by's aggregate of each group: count (of documents), or sum|avg|min|max|count_distinct of a field."""
+
+    op: Literal[AGGREGATES]  # type: ignore[valid-type]
+    field: FilterKey | None = None
 
 
 class QueryRequest(StrictBody):
-    """POST /query: one typed metadata operation (no SQL). `where` maps fields to a value (equals; on a list field:
-    contains), a list (any of) or {gte|gt|lte|lt|contains|in: ...}; or is a list of "F=V" strings as the CLI takes."""
+    """POST /query: one typed metadata operation (no SQL). `where` maps fields to a value (equals, ignoring case;
+    on a list field: contains), a list (any of), {gte|gt|lte|lt|contains|in|eq: ...}, {"empty": true|false} or
+    {"in": QUERY} (a semi-join: any value another query produces); or is a list of "F=V" strings as the CLI takes.
+    `queries`: the two queries of intersect, union or except."""
 
     op: Literal[NAMES]  # type: ignore[valid-type]  # structured/operations.py
     field: FilterKey | None = None
     by: FilterKey | None = None
+    returns: FilterKey | None = Field(None, alias="return", description="argmax/argmin: the field returned")
     where: dict[FilterKey, WhereValue] | list[Annotated[str, Field(max_length=1000)]] | None = None
+    aggregate: Aggregate | None = None
+    having: Annotated[dict[Literal[COMPARISONS], StrictInt | StrictFloat],  # type: ignore[valid-type]
+                      Field(min_length=1)] | None = None
+    queries: Annotated[list[NestedQuery], Field(min_length=2, max_length=2)] | None = None
     limit: Annotated[int, Field(strict=True, ge=1, le=1000)] | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The query tool's JSON form of the request (`return` under its own name)."""
+        return self.model_dump(exclude_none=True, by_alias=True)
 
 
 class ChatRequest(StrictBody):
@@ -107,6 +138,8 @@ class QueryResponse(BaseModel):
     """POST /query: the rows, the documents they counted (to cite), and whether the limit cut them."""
 
     op: str
+    operation: str = Field(description="what was computed, in words: \"sum of population over 48 documents matching "
+                                       "kind = state\"")
     rows: list[dict[str, Any]]
     documents: list[dict[str, str]] = Field(description="id and path of every document counted (up to the limit)")
     truncated: bool

@@ -95,6 +95,27 @@ class PublicPaths:
             return [self._where_text(item) if isinstance(item, str) else item for item in where]
         return where
 
+    def query(self, body: Any) -> Any:
+        """A metadata query's JSON form with its path values read back, in nested queries (set operations,
+        semi-joins) too."""
+        if not isinstance(body, Mapping):
+            return body
+        read = dict(body)
+        if "where" in read:
+            where = self.where(read["where"])
+            if isinstance(where, Mapping):
+                where = {key: self._subqueries(clause) for key, clause in where.items()}
+            read["where"] = where
+        if isinstance(read.get("queries"), list):
+            read["queries"] = [self.query(part) for part in read["queries"]]
+        return read
+
+    def _subqueries(self, clause: Any) -> Any:
+        if not isinstance(clause, Mapping):
+            return clause
+        return {key: self.query(value) if key in ("in", "contains") and isinstance(value, Mapping) else value
+                for key, value in clause.items()}
+
     def _where_text(self, clause: str) -> str:
         match = WHERE_PATH.match(clause)
         if match is None:

@@ -1,5 +1,6 @@
 """The metadata sidecar: exact per-document state (paths, status, errors, counts, timings), sources, document
-fields and rosters, run history and chat sessions, in one DuckDB file.
+fields and rosters and run history, in one DuckDB file; chat sessions in a file of their own beside it
+(chat_tables.py).
 
     connection.py       connections (read-write and read-only take turns; retried while the file is locked)
     schema.py           the columns the repositories write, and the views
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rag_pipeline.sidecar.chat_tables import ChatTables
+from rag_pipeline.sidecar.chat_tables import ChatStore
 from rag_pipeline.sidecar.connection import records
 from rag_pipeline.sidecar.document_tables import DocumentTables
 from rag_pipeline.sidecar.field_tables import FieldTables
@@ -24,7 +25,7 @@ from rag_pipeline.sidecar.schema import DOCUMENT_COLUMNS
 from rag_pipeline.sidecar.source_tables import SourceTables
 
 
-class Sidecar(DocumentTables, SourceTables, FieldTables, HistoryTables, ChatTables):
+class Sidecar(DocumentTables, SourceTables, FieldTables, HistoryTables):
     """The DuckDB file at `path`; created, or upgraded to the current schema, when opened."""
 
     def __init__(self, path: Path) -> None:
@@ -33,4 +34,4 @@ class Sidecar(DocumentTables, SourceTables, FieldTables, HistoryTables, ChatTabl
         upgrade(self)
 
 
-__all__ = ["DOCUMENT_COLUMNS", "Sidecar", "records"]
+__all__ = ["DOCUMENT_COLUMNS", "ChatStore", "Sidecar", "records"]

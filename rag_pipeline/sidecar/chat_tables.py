@@ -1,19 +1,53 @@
 """Chat sessions (each owned by the API key that created it) and their turns: the message, the answer and the
-turn's record (JSON)."""
+turn's record (JSON), in a DuckDB file of their own beside the sidecar (chat.duckdb).
+
+They are kept apart from the document metadata because they are written while questions are answered: a turn
+saved does not change the sidecar, so what is computed from the sidecar (the field registry, the corpus profile)
+stays valid, and saving a turn does not wait for an ingest that holds the sidecar."""
 
 from __future__ import annotations
 
 import json
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
-from rag_pipeline.sidecar.connection import SidecarFile, now, records
+from rag_pipeline.sidecar.connection import SidecarFile, insert_rows, now, records
 
 _append_lock = threading.Lock()  # turns of one process are numbered one at a time
 
+CHAT_SCHEMA = """
+    CREATE TABLE IF NOT EXISTS chat_sessions (id VARCHAR PRIMARY KEY, owner VARCHAR NOT NULL,
+        created_at TIMESTAMP, updated_at TIMESTAMP);
+    CREATE TABLE IF NOT EXISTS chat_turns (session_id VARCHAR NOT NULL, turn INTEGER NOT NULL, message VARCHAR,
+        answer VARCHAR, record JSON, created_at TIMESTAMP, PRIMARY KEY (session_id, turn));
+"""
+CHAT_FILE = "chat.duckdb"  # beside the sidecar
 
-class ChatTables(SidecarFile):
+
+class ChatStore(SidecarFile):
+    """The chat file at `path`; created when opened."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self.transaction() as con:
+            con.execute(CHAT_SCHEMA)
+
+    @classmethod
+    def beside(cls, sidecar_path: Path) -> ChatStore:
+        """The chat file of the data dir whose sidecar is at `sidecar_path`."""
+        return cls(sidecar_path.with_name(CHAT_FILE))
+
+    def import_rows(self, sessions: list[tuple], turns: list[tuple]) -> None:
+        """Add sessions and turns (rows in the tables' column order) kept elsewhere before; a row already here
+        is replaced, so an import that was interrupted can run again."""
+        with self.transaction() as con:
+            insert_rows(con, "chat_sessions", ["id", "owner", "created_at", "updated_at"], sessions, replace=True)
+            insert_rows(con, "chat_turns", ["session_id", "turn", "message", "answer", "record", "created_at"],
+                        turns, replace=True)
+
     def chat_turns(self, session_id: str, owner: str, retention: timedelta,
                    last: int | None = None) -> list[dict[str, Any]] | None:
         """The session's turns (its `last` ones; turn, message, answer, record, created_at), oldest first; None

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 
+from rag_pipeline.sidecar.chat_tables import ChatStore
 from rag_pipeline.sidecar.connection import SidecarFile, insert_rows, now, records
 from rag_pipeline.sidecar.schema import SOURCE_FILE_COLUMNS, VIEWS, VIEWS_VERSION, refresh_links
 
@@ -35,6 +36,7 @@ class Step:
     name: str
     sql: str  # idempotent DDL
     marks: tuple[str, ...]  # tables and table.columns whose presence shows an unrecorded sidecar has this step
+    # (none: a step made after steps were recorded, which an unrecorded sidecar never has)
     data: Callable[[duckdb.DuckDBPyConnection], None] | None = None  # moves existing rows, after the DDL
 
 
@@ -127,7 +129,21 @@ STEPS: tuple[Step, ...] = (
         CREATE TABLE IF NOT EXISTS chat_turns (session_id VARCHAR NOT NULL, turn INTEGER NOT NULL, message VARCHAR,
             answer VARCHAR, record JSON, created_at TIMESTAMP, PRIMARY KEY (session_id, turn));
         """, marks=("chat_sessions", "chat_turns")),
+    Step("0011_chat_own_file", "", marks=(), data=lambda con: move_chat_out(con)),
+    Step("0012_source_body_facts", "ALTER TABLE sources ADD COLUMN IF NOT EXISTS body_facts BOOLEAN DEFAULT true;",
+         marks=()),
 )
+
+
+def move_chat_out(con: duckdb.DuckDBPyConnection) -> None:
+    """Chat sessions and turns move to the chat file beside the sidecar (chat_tables.py says why)."""
+    (sidecar_path,) = con.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    sessions = con.execute("SELECT id, owner, created_at, updated_at FROM chat_sessions").fetchall()
+    turns = con.execute("SELECT session_id, turn, message, answer, record, created_at FROM chat_turns").fetchall()
+    if sessions or turns:
+        ChatStore.beside(Path(sidecar_path)).import_rows(sessions, turns)
+    con.execute("DROP TABLE chat_turns; DROP TABLE chat_sessions")
 
 _locks: dict[Path, threading.Lock] = {}
 _locks_lock = threading.Lock()
@@ -150,12 +166,14 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
         done = {name for (name,) in con.execute("SELECT name FROM schema_migrations").fetchall()}
     else:
         con.execute("CREATE TABLE schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP)")
-        found = [step.name for step in itertools.takewhile(lambda step: set(step.marks) <= present, STEPS)]
+        found = [step.name for step in itertools.takewhile(
+            lambda step: step.marks and set(step.marks) <= present, STEPS)]
         insert_rows(con, "schema_migrations", ["name", "applied_at"], [(name, None) for name in found])
         done = set(found)
     pending = [step for step in STEPS if step.name not in done]
     for step in pending:
-        con.execute(step.sql)
+        if step.sql:
+            con.execute(step.sql)
         if step.data is not None:
             step.data(con)
         con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [step.name, now()])

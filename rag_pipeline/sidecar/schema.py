@@ -55,6 +55,8 @@ RUN_DOCUMENT_COLUMNS = ["run_id", "stage", "sha", "action"]
 # `effective_fields` is what the metadata query tool reads. Which document joins which
 # roster row is kept in the table roster_links (refreshed from the view roster_matches whenever fields or rosters
 # are written), so a query does not redo the join.
+# fields_in_use: the stored fields, those found in a body (origin `body`) only of documents a source with
+# body_facts holds.
 VIEWS = """
 CREATE OR REPLACE VIEW builtin_fields AS
     SELECT sha, 'id' AS name, 'string' AS kind, sha AS text_value, NULL::DOUBLE AS number_value,
@@ -72,9 +74,14 @@ CREATE OR REPLACE VIEW builtin_fields AS
         WHERE chars IS NOT NULL
     UNION ALL SELECT sha, 'ingested_at', 'date', strftime(ingested_at, '%Y-%m-%dT%H:%M:%S'), NULL, ingested_at,
         'builtin' FROM documents WHERE ingested_at IS NOT NULL;
+CREATE OR REPLACE VIEW fields_in_use AS
+    SELECT sha, name, kind, text_value, number_value, date_value, origin FROM document_fields WHERE origin <> 'body'
+    UNION ALL SELECT sha, name, kind, text_value, number_value, date_value, origin FROM document_fields
+        WHERE origin = 'body' AND sha IN (SELECT d.sha FROM documents d JOIN sources s
+                                          ON list_contains(d.sources, s.name) WHERE s.body_facts);
 CREATE OR REPLACE VIEW own_fields AS
     SELECT * FROM builtin_fields
-    UNION ALL SELECT sha, name, kind, text_value, number_value, date_value, origin FROM document_fields;
+    UNION ALL SELECT * FROM fields_in_use;
 CREATE OR REPLACE VIEW roster_matches AS
     SELECT f.sha, r.name AS roster, f.text_value AS key FROM rosters r
     JOIN own_fields f ON f.name = r.document_key

@@ -15,9 +15,10 @@ SELECT_SOURCE_FILES = f"SELECT {', '.join(SOURCE_FILE_COLUMNS)} FROM source_file
 
 class SourceTables(SidecarFile):
     def record_source(self, name: str, kind: str, roots: list[str], files: list[dict[str, Any]],
-                      refusals: list[tuple[str, str]]) -> bool:
-        """Replace what the source holds (its files as SOURCE_FILE_COLUMNS dicts, and the refusals of its scan);
-        True when its files changed. Unchanged files are not rewritten (a no-change sync stays cheap)."""
+                      refusals: list[tuple[str, str]], body_facts: bool = True) -> bool:
+        """Replace what the source holds (its files as SOURCE_FILE_COLUMNS dicts, the refusals of its scan, and
+        whether its documents' body facts are fields); True when its files changed. Unchanged files are not
+        rewritten (a no-change sync stays cheap)."""
         stamp = now()
         incoming = sorted((row["path"], row["sha"], sorted(row["tags"] or [])) for row in files)
         with self.transaction() as con:
@@ -29,7 +30,8 @@ class SourceTables(SidecarFile):
                 insert_rows(con, "source_files", SOURCE_FILE_COLUMNS, files)
             con.execute("DELETE FROM refusals WHERE source = ?", [name])
             insert_rows(con, "refusals", REFUSAL_COLUMNS, [(name, path, reason, stamp) for path, reason in refusals])
-            con.execute("INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?)", [name, kind, roots, stamp])
+            con.execute("INSERT OR REPLACE INTO sources (name, kind, roots, synced_at, body_facts) "
+                        "VALUES (?, ?, ?, ?, ?)", [name, kind, roots, stamp, body_facts])
         return changed
 
     def forget_source(self, name: str) -> None:

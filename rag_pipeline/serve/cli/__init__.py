@@ -89,15 +89,23 @@ def build_parser() -> argparse.ArgumentParser:
     metadata = commands.add_parser(
         "query", parents=[common], help=f"exact answers over document fields: {', '.join(OPERATION_NAMES)} (no SQL: "
                                         "typed operations on allowlisted fields)")
-    metadata.add_argument("op", choices=OPERATION_NAMES, help=operation_help())
+    metadata.add_argument("op", nargs="?", choices=OPERATION_NAMES, metavar="OP", help=operation_help())
     metadata.add_argument("--field", default=None, help="the field of distinct, top_n (largest first), list and "
-                                                        "lookup (only that field)")
+                                                        "lookup (only that field), sum, avg, min, max, count_distinct, "
+                                                        "argmax and argmin")
     metadata.add_argument("--by", default=None, help="the field group_by counts per value (top_n --by: the most "
                                                      "common values)")
+    metadata.add_argument("--return", dest="returns", default=None, metavar="F2",
+                          help="argmax/argmin: the field returned of the best documents (default: their title)")
     metadata.add_argument("--where", action="append", default=[], metavar="F=V",
-                          help="repeatable, ANDed: F=V (on a list field: contains V), F=V1|V2 (any of), F>=V, F<=V, "
-                               "F>V, F<V (numbers and dates; a date may be YYYY or YYYY-MM), F~V (contains)")
+                          help="repeatable, ANDed: F=V (on a list field: contains V; text ignores case), F=V1|V2 (any "
+                               "of), F>=V, F<=V, F>V, F<V (numbers and dates; a date may be YYYY or YYYY-MM), F~V "
+                               "(contains), term=NAME (a term the sources file declares)")
     metadata.add_argument("--limit", type=int, default=None, help="rows (default 100, top_n 10; at most 1000)")
+    metadata.add_argument("--json-body", default=None, metavar="JSON",
+                          help="the whole query as the JSON body POST /query takes (instead of OP and the options "
+                               "above; '-' reads it from stdin): set operations, semi-joins ({\"in\": QUERY}), "
+                               "group_by's aggregate and having")
     metadata.set_defaults(run=run_query)
     chat = commands.add_parser("chat", parents=[common],
                                help="a conversation: the agent routes each question between semantic search and the "

@@ -92,13 +92,35 @@ def print_sources(answer: Any) -> None:
             print(f"    also at {other}")
 
 
+def query_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The query's JSON form: from --json-body, or from OP and its options."""
+    options = {"field": args.field, "by": args.by, "return": args.returns, "where": args.where or None,
+               "limit": args.limit}
+    if args.json_body is None:
+        if args.op is None:
+            raise InputError("give an operation (rag-pipeline query OP ...) or the query as --json-body '{...}'",
+                             code="invalid_op")
+        return {"op": args.op, **options}
+    given = [args.op] if args.op else []
+    given += [f"--{name}" for name, value in options.items() if value is not None]
+    if given:
+        raise InputError(f"--json-body holds the whole query: drop {', '.join(given)}", code="invalid_body")
+    text = sys.stdin.read() if args.json_body == "-" else args.json_body
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"--json-body is not valid JSON: {error}", code="invalid_json") from error
+    if not isinstance(body, dict):
+        raise InputError('--json-body must be a JSON object {"op": ...}', code="invalid_body")
+    return body
+
+
 def run_query(args: argparse.Namespace, settings: Settings) -> int:
-    """One typed metadata query; a table of its rows (or the result JSON)."""
+    """One typed metadata query; the operation it performed and a table of its rows (or the result JSON)."""
     from rag_pipeline.sidecar import Sidecar
     from rag_pipeline.structured.query import QueryRunner
 
-    body = {"op": args.op, "field": args.field, "by": args.by, "where": args.where, "limit": args.limit}
-    result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
+    result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(query_body(args))
     if result.withheld:
         from rag_pipeline.structured.withheld import withheld_warning
 
@@ -112,20 +134,22 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
              json.dumps(value, default=str) if isinstance(value, dict) else value
              for key, value in row.items() if key != "id"} for row in result.rows]
     more = " (truncated: raise --limit)" if result.truncated else ""
-    print(format_rows(rows, f"{args.op} over {result.total_documents} document(s){more}"))
+    print(format_rows(rows, f"{result.operation}{more}"))
     return 0
 
 
 def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     """One turn (or a REPL with readline editing and history), through the same service as POST /chat."""
     from rag_pipeline import components
+    from rag_pipeline.chat.memory import ChatMemory
     from rag_pipeline.chat.turn import ChatService
     from rag_pipeline.llm import build_llm
-    from rag_pipeline.sidecar import Sidecar
+    from rag_pipeline.sidecar import ChatStore, Sidecar
 
     retriever = components.open_retriever(settings)
     try:
         service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
+                              ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
                               build_llm(settings))
         session = args.session
         if args.message is not None:

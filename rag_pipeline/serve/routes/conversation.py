@@ -25,7 +25,7 @@ router = APIRouter()
 def chat_service(services: Services) -> ChatService:
     # a model per turn: its token counts (last_usage) belong to this conversation alone
     settings = services.settings
-    return ChatService(settings, services.runtime.answerer(), services.sidecar, build_llm(settings))
+    return ChatService(settings, services.runtime.answerer(), services.sidecar, services.chat_memory, build_llm(settings))
 
 
 def owner(request: Request) -> str:

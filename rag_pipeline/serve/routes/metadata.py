@@ -16,12 +16,11 @@ router = APIRouter()
 
 @router.post("/query", response_model=QueryResponse, responses=ERROR_RESPONSES)
 async def query(body: QueryRequest, scope: Reader, services: ServicesDep) -> Response:
-    """An exact answer over document fields: count, list, distinct, group_by, top_n or lookup, on a read-only
-    connection with row and time limits; a key's scope limits the documents it counts."""
+    """An exact answer over document fields (the operations of structured/operations.py, set operations and
+    semi-joins included), on a read-only connection with row and time limits; a key's scope limits the documents it
+    counts."""
     paths = await run_in_threadpool(services.paths.current)
-    request = body.model_dump(exclude_none=True)
-    if "where" in request:
-        request["where"] = paths.where(request["where"])
+    request = paths.query(body.body())
     result = await run_in_threadpool(services.query_runner.run_json, request, scope)
     return JSONResponse(paths.json(result.to_json()))
 
