@@ -564,13 +564,23 @@ def test_server_store_down_at_startup(tmp_path: Path) -> None:
     assert "serving without the vector store until it can be opened" in output
 
 
-def test_server_store_that_goes_down_recovers(tmp_path: Path) -> None:
+def test_server_store_that_goes_down_recovers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An open server store whose server stops answering (its client pointed at a closed port) fails searches
     and /healthz with 503s naming the store and RAG_QDRANT_URL; once the server answers again (the client pointed
     back) the same server serves again, without a restart."""
     from qdrant_client import QdrantClient
 
+    from rag_pipeline.components import generations
+    from rag_pipeline.index import lifecycle
+
     settings = load_settings(data_dir=tmp_path, qdrant_url=":memory:")
+    # An ingest's switch makes a generation active and points the server's alias at it; the ":memory:" double keeps
+    # no alias from one client to the next, so the alias is the one the switch would have set.
+    index = generations(settings)
+    generation = index.target()
+    monkeypatch.setattr(lifecycle, "point_alias", lambda *args: None)
+    index.activate(generation)
+    monkeypatch.setattr(lifecycle, "alias_target", lambda *args: generation.collection)
     retriever = open_retriever(settings)
     store = retriever.store
     live, port = store.client, free_port()  # type: ignore[attr-defined]
