@@ -20,6 +20,9 @@
     GET  /openapi.json the OpenAPI document: the bodies above as JSON schemas (serve/models.py); no docs UI
     GET  /v1/models, POST /v1/chat/completions  the OpenAI-compatible API (routes/openai_chat.py; errors in OpenAI's
                        shape)
+    POST /mcp          the MCP server (streamable HTTP, serve/mcp_server.py): tools search, ask, query_metadata,
+                       list_fields, get_document
+    GET  /             the web page (serve/web/: ask, chat, sources, uploads), no key needed to load it
 
 The routes are in serve/routes/ (one module per resource), what they are given in serve/dependencies.py, the
 middleware in serve/middleware/. Every error is {"error": {"code", "message"}} (serve/http_errors.py); a request
@@ -51,7 +54,7 @@ from rag_pipeline.serve.middleware.json_body import JsonBodies
 from rag_pipeline.serve.middleware.openai_errors import OpenAIErrors
 from rag_pipeline.serve.middleware.origins import SameOrigin, cors
 from rag_pipeline.serve.middleware.prometheus import Metrics, RequestMetrics
-from rag_pipeline.serve.routes import conversation, documents, keys, metadata, openai_chat, ops, search
+from rag_pipeline.serve.routes import conversation, documents, keys, metadata, openai_chat, ops, page, search
 from rag_pipeline.settings import Settings
 
 
@@ -78,7 +81,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     )
     app.state.services = services
     for router in (search.router(settings.top_k), metadata.router, conversation.router, documents.router, keys.router,
-                   ops.router, openai_chat.router):
+                   ops.router, openai_chat.router, page.router):
         app.include_router(router)
     app.router.routes.append(mcp_http.route())
     return app
