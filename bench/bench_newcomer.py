@@ -26,6 +26,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import anyio  # noqa: E402
 import httpx  # noqa: E402
+import openai  # noqa: E402  (imported here: the steps time the questions, not the clients' imports)
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "golden" / "corpus"
@@ -90,8 +93,6 @@ def page_path(url: str, question: str) -> str:
 
 
 def openai_path(url: str, question: str) -> str:
-    import openai
-
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused-keyless-loopback", max_retries=0, timeout=300)
     stream = client.chat.completions.create(model="rag-pipeline", stream=True,
                                             messages=[{"role": "user", "content": question}])
@@ -105,8 +106,6 @@ async def mcp_ask(client: Any, question: str) -> str:
 
 
 def mcp_http_path(url: str, question: str) -> str:
-    from mcp import Client
-
     async def run() -> str:
         async with Client(f"{url}/mcp") as client:
             return await mcp_ask(client, question)
@@ -115,9 +114,6 @@ def mcp_http_path(url: str, question: str) -> str:
 
 
 def mcp_stdio_path(data_dir: Path, question: str) -> str:
-    from mcp import Client
-    from mcp.client.stdio import StdioServerParameters
-
     server = StdioServerParameters(command=sys.executable, args=["-m", "rag_pipeline", "mcp", "--data-dir",
                                                                  str(data_dir)], env=dict(os.environ), cwd=REPO)
 

@@ -120,6 +120,13 @@ def test_the_page(sample_index: tuple[Path, Path], tmp_path: Path, monkeypatch: 
         assert browser.evaluate("document.querySelectorAll('#conversations button').length") == 2
         browser.screenshot(shots / "page-upload.png")
 
+        # one question (POST /ask): passages only, cited the same way, and no conversation kept
+        browser.click("input[name=mode][value=ask]")
+        ask(browser, SEV1, 2)
+        browser.click("#turns > li:last-child .answer button.cite")
+        assert "incident-runbook.md" in browser.evaluate("document.querySelector('#sources li.focused').innerText")
+        assert browser.evaluate("document.querySelectorAll('#conversations button').length") == 2
+
         # keyboard: the first Tab reaches the skip link, which leads to the question
         browser.evaluate("document.activeElement.blur()")
         browser.press("Tab", 9)
