@@ -135,6 +135,7 @@ def test_invalid_requests_get_openai_errors(keyed_api: tuple[str, dict[str, str]
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["code"] == code
     assert error["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+    assert error["param"] == ("model" if "model" in code else "messages")  # the field the error is about
     if {"model", "messages"} <= set(body):  # (the client itself refuses a call without them)
         with pytest.raises(openai.APIStatusError) as raised:  # the client reads the error as OpenAI's
             client(url, tokens["reader"]).chat.completions.create(**body)

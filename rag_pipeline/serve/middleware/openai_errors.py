@@ -14,6 +14,9 @@ OPENAI_PATHS = "/v1/"
 # OpenAI's error types by status; any other 4xx is invalid_request_error, any 5xx server_error.
 ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error", 409: "conflict_error",
                429: "rate_limit_error"}
+# The request field an error code is about (OpenAI's `param`); other codes name none.
+PARAMS = {"invalid_model": "model", "model_not_found": "model", "invalid_messages": "messages",
+          "empty_message": "messages", "message_too_long": "messages", "invalid_stream": "stream"}
 
 
 def error_type(status: int) -> str:
@@ -27,7 +30,7 @@ def openai_error(status: int, body: bytes) -> bytes:
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
         code, message = "http_error", body.decode("utf-8", errors="replace")[:2000]
-    return json.dumps({"error": {"message": message, "type": error_type(status), "param": None,
+    return json.dumps({"error": {"message": message, "type": error_type(status), "param": PARAMS.get(code),
                                  "code": code}}).encode()
 
 
