@@ -7,6 +7,9 @@
 - `GraphQL` posts queries to the UI's own API and keeps the last response for failure messages.
 - `render()` loads a page in headless Chromium (`--dump-dom` and `--screenshot` in one call, with a virtual time
   budget so the React app renders) and parses the DOM into text, tables and title attributes.
+- `DevTools` drives one headless Chromium through its DevTools protocol (a websocket) for pages that must be used,
+  not only loaded (the API's own page, test_page.py): run script, type, press keys, choose files, resize the
+  viewport, take screenshots.
 
 Chromium is Debian's `chromium` (`/usr/bin/chromium`, or `$RAG_CHROMIUM`); missing is an error, never a skip:
 `apt-get install -y chromium`.
@@ -14,6 +17,7 @@ Chromium is Debian's `chromium` (`/usr/bin/chromium`, or `$RAG_CHROMIUM`); missi
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -427,3 +431,117 @@ def png_size(path: Path) -> tuple[int, int]:
     header = path.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
+# ------------------------------------------------------------------------------------------ the DevTools protocol
+
+
+class DevTools:
+    """One headless Chromium driven through its DevTools protocol: a page target, commands over its websocket
+    (`send`), and the few interactions a page test needs. A context manager: the browser runs in a process group
+    of its own, killed on exit, and its profile is removed."""
+
+    def __init__(self, work_dir: Path, window: tuple[int, int] = (1280, 900), startup_timeout: float = 60) -> None:
+        from websockets.sync.client import connect
+
+        self.profile = Path(tempfile.mkdtemp(prefix="chromium-", dir=work_dir))
+        port = free_port()
+        command = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}", f"--remote-debugging-port={port}",
+                   "--remote-allow-origins=*", f"--window-size={window[0]},{window[1]}", "about:blank"]
+        self.log = open(self.profile.parent / f"{self.profile.name}.log", "wb")  # closed in close()
+        self.browser = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env={**os.environ, "HOME": str(self.profile)}, start_new_session=True)
+        self._id = 0
+        try:
+            def page_target() -> str | None:
+                if self.browser.poll() is not None:
+                    raise AssertionError(f"chromium exited with {self.browser.returncode}")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as response:
+                        targets = json.loads(response.read())
+                except OSError:
+                    return None
+                return next((target["webSocketDebuggerUrl"] for target in targets if target["type"] == "page"), None)
+
+            self.socket = connect(wait_for("chromium's DevTools endpoint", page_target, startup_timeout, 0.2),
+                                  max_size=None, open_timeout=30)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> DevTools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if getattr(self, "socket", None) is not None:
+            self.socket.close()
+        try:
+            os.killpg(self.browser.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.browser.wait()
+        self.log.close()
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+    def send(self, method: str, timeout: float = 60, **params: Any) -> dict[str, Any]:
+        """The result of one DevTools command (the events that arrive meanwhile are dropped)."""
+        self._id += 1
+        self.socket.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        deadline = time.monotonic() + timeout
+        while True:
+            message = json.loads(self.socket.recv(timeout=max(0.1, deadline - time.monotonic())))
+            if message.get("id") == self._id:
+                if "error" in message:
+                    raise AssertionError(f"DevTools {method} failed: {message['error']}")
+                return message["result"]
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page (a promise is awaited)."""
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise AssertionError(f"script failed: {result['exceptionDetails']}\n{expression}")
+        return result["result"].get("value")
+
+    def wait_for(self, what: str, expression: str, timeout: float = 120) -> Any:
+        """The truthy value of `expression`, polled; AssertionError naming `what` (and the page's text) otherwise."""
+        return wait_for(what, lambda: self.evaluate(expression), timeout, 0.25,
+                        lambda: f"page text: {self.evaluate('document.body.innerText')[-3000:]}")
+
+    def navigate(self, url: str) -> None:
+        self.send("Page.navigate", url=url)
+        self.wait_for(f"{url} to load", "document.readyState === 'complete' && location.href !== 'about:blank'")
+
+    def viewport(self, width: int, height: int, mobile: bool = False) -> None:
+        self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=mobile)
+
+    def type(self, selector: str, text: str) -> None:
+        """Focus the element and type `text` into it, as a keyboard would insert it."""
+        self.evaluate(f"document.querySelector({json.dumps(selector)}).focus()")
+        self.send("Input.insertText", text=text)
+
+    def press(self, key: str, code: int, shift: bool = False) -> None:
+        """One key press (down and up) on the focused element, e.g. ("Enter", 13) or ("Tab", 9)."""
+        text = "\r" if key == "Enter" else ""
+        for kind in ("keyDown", "keyUp"):
+            self.send("Input.dispatchKeyEvent", type=kind, key=key, code=key, windowsVirtualKeyCode=code,
+                      text=text if kind == "keyDown" else "", modifiers=8 if shift else 0)
+
+    def click(self, selector: str) -> None:
+        self.evaluate(f"document.querySelector({json.dumps(selector)}).click()")
+
+    def choose_files(self, selector: str, files: list[Path]) -> None:
+        """Set a file input's files, as the file chooser would."""
+        root = self.send("DOM.getDocument", depth=0)["root"]["nodeId"]
+        node = self.send("DOM.querySelector", nodeId=root, selector=selector)["nodeId"]
+        assert node, f"no element {selector}"
+        self.send("DOM.setFileInputFiles", nodeId=node, files=[str(path) for path in files])
+        self.evaluate(f"document.querySelector({json.dumps(selector)}).dispatchEvent(new Event('change'))")
+
+    def screenshot(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"]))
+        return path

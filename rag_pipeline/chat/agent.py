@@ -36,7 +36,7 @@ from rag_pipeline.chat.tools import Observation, Tools, safe_arguments
 from rag_pipeline.errors import Unavailable
 from rag_pipeline.generate.answerer import Answerer
 from rag_pipeline.generate.guardrails import validate_output
-from rag_pipeline.generate.result import Answer
+from rag_pipeline.generate.result import Answer, Source
 from rag_pipeline.llm import ChatModel
 from rag_pipeline.structured.operations import operation_help
 
@@ -342,9 +342,8 @@ class ChatAgent:
                                                      for payload in item.payloads])
         result.guardrails["output_violations"] = [vars(item) for item in checked.violations]
         result.answer = checked.answer
-        result.citations += [{"kind": "passage", "number": number, "path": hit.payload.get("path"),
-                              "chunk_id": hit.id} for number, hit in enumerate(gathered.hits, start=1)
-                             if f"[{number}]" in checked.answer]
+        result.citations += [passage_citation(Source.of(number, hit)) for number, hit in
+                             enumerate(gathered.hits, start=1) if f"[{number}]" in checked.answer]
         return checked.answer
 
     def _call(self, messages: list[dict[str, str]], result: ChatResult,
@@ -392,8 +391,14 @@ def semantic_question(question: str, searches: list[Observation]) -> str:
 
 
 def passage_citations(answer: Answer) -> list[dict[str, Any]]:
-    return [{"kind": "passage", "number": number, "path": answer.sources[number - 1].path,
-             "chunk_id": answer.sources[number - 1].chunk_id} for number in answer.citations]
+    return [passage_citation(answer.sources[number - 1]) for number in answer.citations]
+
+
+def passage_citation(source: Source) -> dict[str, Any]:
+    """A cited passage [n]: where it is (path, heading, page, line) and what it says, with its score."""
+    return {"kind": "passage", "number": source.number, "path": source.path, "chunk_id": source.chunk_id,
+            "heading": source.heading, "page": source.page, "line_start": source.line_start,
+            "score": round(source.score, 4), "text": source.text}
 
 
 def reject_constant(name: str) -> Any:

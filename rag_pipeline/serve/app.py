@@ -18,6 +18,11 @@
     GET  /healthz      store, embedder and LLM status (503 when the store is down)
     GET  /metrics      Prometheus text format
     GET  /openapi.json the OpenAPI document: the bodies above as JSON schemas (serve/models.py); no docs UI
+    GET  /v1/models, POST /v1/chat/completions  the OpenAI-compatible API (routes/openai_chat.py; errors in OpenAI's
+                       shape)
+    POST /mcp          the MCP server (streamable HTTP, serve/mcp_server.py): tools search, ask, query_metadata,
+                       list_fields, get_document
+    GET  /             the web page (serve/web/: ask, chat, sources, uploads), no key needed to load it
 
 The routes are in serve/routes/ (one module per resource), what they are given in serve/dependencies.py, the
 middleware in serve/middleware/. Every error is {"error": {"code", "message"}} (serve/http_errors.py); a request
@@ -32,50 +37,40 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from anyio import CapacityLimiter
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 
 from rag_pipeline import components
-from rag_pipeline.chat.memory import ChatMemory
 from rag_pipeline.retrieve.retriever import Retriever
-from rag_pipeline.serve.auth import Auth
-from rag_pipeline.serve.dependencies import Services
+from rag_pipeline.serve.dependencies import build_services
 from rag_pipeline.serve.http_errors import EXCEPTION_HANDLERS
-from rag_pipeline.serve.ingest_jobs import IngestJobs
+from rag_pipeline.serve.mcp_server import McpHttp
 from rag_pipeline.serve.middleware.access_log import AccessLog
 from rag_pipeline.serve.middleware.body_limit import BodyLimit
 from rag_pipeline.serve.middleware.hosts import LOCAL_HOSTS, AllowedHosts
 from rag_pipeline.serve.middleware.internal_error import InternalError
 from rag_pipeline.serve.middleware.json_body import JsonBodies
+from rag_pipeline.serve.middleware.openai_errors import OpenAIErrors
 from rag_pipeline.serve.middleware.origins import SameOrigin, cors
 from rag_pipeline.serve.middleware.prometheus import Metrics, RequestMetrics
-from rag_pipeline.serve.public_paths import ServerPaths
-from rag_pipeline.serve.routes import conversation, documents, keys, metadata, ops, search
-from rag_pipeline.serve.runtime import Runtime
+from rag_pipeline.serve.routes import conversation, documents, keys, metadata, openai_chat, ops, page, search
 from rag_pipeline.settings import Settings
-from rag_pipeline.sidecar import ChatStore, Sidecar
-from rag_pipeline.structured.query import QueryRunner
 
 
 def create_app(settings: Settings | None = None, retriever: Retriever | None = None) -> FastAPI:
     """The API over `retriever` (default: the configured one, opened at startup and closed at shutdown)."""
     settings = settings or components.load_settings()
-    sidecar = Sidecar(settings.sidecar_path)
-    services = Services(
-        settings=settings, runtime=Runtime(settings, retriever), metrics=Metrics(),
-        ingest_jobs=IngestJobs(settings.data_dir), sidecar=sidecar, query_runner=QueryRunner(settings, sidecar),
-        chat_memory=ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
-        search_threads=CapacityLimiter(settings.api_search_threads), auth=Auth(settings),
-        paths=ServerPaths(settings, sidecar))
+    services = build_services(settings, retriever)
+    mcp_http = McpHttp(services)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = services.runtime
         await run_in_threadpool(runtime.start)  # a store that is down does not stop the server: 503s until it is up
         try:
-            yield
+            async with mcp_http.running():
+                yield
         finally:
             runtime.close()
 
@@ -86,17 +81,20 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
     )
     app.state.services = services
     for router in (search.router(settings.top_k), metadata.router, conversation.router, documents.router, keys.router,
-                   ops.router):
+                   ops.router, openai_chat.router, page.router):
         app.include_router(router)
+    app.router.routes.append(mcp_http.route())
     return app
 
 
 def middleware(settings: Settings, metrics: Metrics) -> list[Middleware]:
     """The middleware, outermost first: the access log and the metrics see every response (the JSON 500 of an
-    unhandled exception included); the body limit and the screening come before any route."""
+    unhandled exception included), and the errors of /v1/ get OpenAI's shape; the body limit and the screening come
+    before any route."""
     return [
         Middleware(AccessLog, log_queries=settings.api_log_queries),
         Middleware(RequestMetrics, metrics=metrics),
+        Middleware(OpenAIErrors),
         Middleware(InternalError),
         Middleware(BodyLimit, max_body_bytes=settings.api_max_body_bytes, upload_max_bytes=settings.upload_max_bytes),
         Middleware(AllowedHosts, hosts=[*LOCAL_HOSTS, *settings.api_allowed_hosts]),

@@ -14,6 +14,7 @@ from starlette.requests import Request
 
 from rag_pipeline.chat.memory import ChatMemory
 from rag_pipeline.index.vector_store import Scope
+from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.serve.auth import Auth, Credentials
 from rag_pipeline.serve.ingest_jobs import IngestJobs
 from rag_pipeline.serve.keys import Role
@@ -21,7 +22,7 @@ from rag_pipeline.serve.middleware.prometheus import Metrics
 from rag_pipeline.serve.public_paths import ServerPaths
 from rag_pipeline.serve.runtime import Runtime
 from rag_pipeline.settings import Settings
-from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.sidecar import ChatStore, Sidecar
 from rag_pipeline.structured.query import QueryRunner
 
 
@@ -39,6 +40,17 @@ class Services:
     search_threads: CapacityLimiter  # the worker threads /search may hold at once
     auth: Auth
     paths: ServerPaths  # how answers show server paths, and how path filters are read back
+
+
+def build_services(settings: Settings, retriever: Retriever | None = None) -> Services:
+    """The services of one app (or of the MCP server on stdio) over `retriever`, else the configured one."""
+    sidecar = Sidecar(settings.sidecar_path)
+    return Services(
+        settings=settings, runtime=Runtime(settings, retriever), metrics=Metrics(),
+        ingest_jobs=IngestJobs(settings.data_dir), sidecar=sidecar, query_runner=QueryRunner(settings, sidecar),
+        chat_memory=ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
+        search_threads=CapacityLimiter(settings.api_search_threads), auth=Auth(settings),
+        paths=ServerPaths(settings, sidecar))
 
 
 async def get_services(request: Request) -> Services:  # async: FastAPI runs a plain def in a worker thread

@@ -79,6 +79,9 @@ FIELD_RULES = {
     "role": ("invalid_key", "must be reader, ingester or admin"),
     "tags": ("invalid_key", "must be a list of at most 100 labels"),
     "sources": ("invalid_key", "must be a list of at most 100 source names"),
+    "model": ("invalid_model", "must be a model id from GET /v1/models"),
+    "messages": ("invalid_messages", "must be a list of {role, content} messages, the last one the user's"),
+    "stream": ("invalid_stream", "must be true or false"),
 }
 _short = reprlib.Repr()  # a bad value, cut short and a few levels deep (a body can nest deeply)
 _short.maxlevel, _short.maxstring, _short.maxother = 3, 60, 60

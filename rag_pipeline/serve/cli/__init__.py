@@ -20,7 +20,7 @@ from rag_pipeline.errors import (
     RagError,
     Unavailable,
 )
-from rag_pipeline.serve.cli.admin import run_keys_create, run_keys_list, run_keys_revoke, run_serve
+from rag_pipeline.serve.cli.admin import run_keys_create, run_keys_list, run_keys_revoke, run_mcp, run_serve
 from rag_pipeline.serve.cli.corpus import (
     run_forget,
     run_ingest,
@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "instead of refusing to start (RAG_API_KEYLESS_LOOPBACK); never behind a reverse proxy")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(run=run_serve)
+    mcp = commands.add_parser("mcp", parents=[common],
+                              help="serve the MCP tools (search, ask, query_metadata, list_fields, get_document) on "
+                                   "stdio, for an agent or IDE that starts this command; the API serves them at /mcp")
+    mcp.set_defaults(run=run_mcp)
     add_keys_commands(commands.add_parser("keys", help="API keys of the HTTP API (hashed in <data dir>/api_keys.yaml "
                                                        "or $RAG_API_KEYS_FILE)"), common)
     return parser

@@ -1,4 +1,4 @@
-"""`rag-pipeline serve` and `keys`: the HTTP API and its API keys."""
+"""`rag-pipeline serve`, `mcp` and `keys`: the HTTP API, the MCP server on stdio and the API keys."""
 
 from __future__ import annotations
 
@@ -24,6 +24,22 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     check_bind(args.host, Keyring(settings), settings.api_keyless_loopback)
     access_log.setLevel(logging.INFO)
     serve(settings, host=args.host, port=args.port)
+    return 0
+
+
+def run_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    """The MCP server on stdio until the client closes it (stdout carries its messages only; logs go to stderr)."""
+    import anyio
+
+    from rag_pipeline.serve.dependencies import build_services
+    from rag_pipeline.serve.mcp_server import serve_stdio
+
+    services = build_services(settings)
+    services.runtime.start()
+    try:
+        anyio.run(serve_stdio, services)
+    finally:
+        services.runtime.close()
     return 0
 
 

@@ -1,0 +1,24 @@
+"""An answer's citations as text: the "Sources:" list that closes an answer where only text travels (the
+OpenAI-compatible API, the MCP tools)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SOURCES_HEADING = "\n\nSources:\n"
+
+
+def sources_text(citations: list[dict[str, Any]]) -> str:
+    """The "Sources:" list closing an answer: each citation's number or label and where it is."""
+    lines = []
+    for citation in citations:
+        mark = citation.get("label") or citation.get("number")
+        where = [str(citation.get("path") or "")]
+        if citation.get("page"):
+            where.append(f"page {citation['page']}")
+        if citation.get("line_start"):
+            where.append(f"line {citation['line_start']}")
+        if citation.get("heading"):
+            where.append(str(citation["heading"]))
+        lines.append(f"[{mark}] " + ", ".join(where))
+    return SOURCES_HEADING + "\n".join(lines) if lines else ""
