@@ -544,7 +544,7 @@ def test_server_store_down_at_startup(tmp_path: Path) -> None:
     server starts without a traceback, /healthz is 503 naming the store and RAG_QDRANT_URL, requests get 503s."""
     port = free_port()
     log = tmp_path / "serve.log"
-    with serve_process(tmp_path / "data", log, RAG_QDRANT_URL=f"http://127.0.0.1:{port}") as (url, process):
+    with serve_process(tmp_path / "data", log, "--allow-empty", RAG_QDRANT_URL=f"http://127.0.0.1:{port}") as (url, process):
         health = httpx.get(f"{url}/healthz")
         assert health.status_code == 503
         report = health.json()

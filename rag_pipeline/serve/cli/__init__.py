@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="without any API key, answer requests made on this machine (loopback, no proxy) "
                             "instead of refusing to start (RAG_API_KEYLESS_LOOPBACK); never behind a reverse proxy")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--allow-empty", action="store_true",
+                       help="start even when the data dir does not exist or holds no index yet (it is created; an "
+                            "index is served once an ingest, an upload or Dagster switches one on)")
     serve.set_defaults(run=run_serve)
     add_keys_commands(commands.add_parser("keys", help="API keys of the HTTP API (hashed in <data dir>/api_keys.yaml "
                                                        "or $RAG_API_KEYS_FILE)"), common)

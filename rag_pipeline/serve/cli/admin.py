@@ -8,6 +8,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
+from rag_pipeline.serve.cli.data_dir import require_index
 from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -22,6 +23,8 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     if args.keyless_loopback:
         settings = settings.model_copy(update={"api_keyless_loopback": True})
     check_bind(args.host, Keyring(settings), settings.api_keyless_loopback)
+    if not args.allow_empty:
+        require_index(settings)
     access_log.setLevel(logging.INFO)
     serve(settings, host=args.host, port=args.port)
     return 0

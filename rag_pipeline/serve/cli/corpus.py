@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag_pipeline.errors import InputError
+from rag_pipeline.serve.cli.data_dir import require_data_dir
 from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ def run_sources(args: argparse.Namespace, settings: Settings) -> int:
     """Every source with its kind, roots and totals."""
     from rag_pipeline.ingest.uploads import sources_overview
 
+    require_data_dir(settings)
     overview = sources_overview(settings, with_roots=True)
     if args.json:
         print(json.dumps({"sources": overview}))

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rag_pipeline.errors import InputError, RagError
+from rag_pipeline.serve.cli.data_dir import require_data_dir, require_index
 from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ def opened_retriever(args: argparse.Namespace, settings: Settings) -> Iterator[t
     """(the configured retriever, top_k) for `search` and `ask`; the retriever is closed on exit."""
     from rag_pipeline.components import open_retriever
 
+    require_index(settings)
     retriever = open_retriever(settings)
     try:
         yield retriever, args.top_k if args.top_k is not None else settings.top_k
@@ -97,6 +99,7 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.sidecar import Sidecar
     from rag_pipeline.structured.query import QueryRunner
 
+    require_index(settings)
     body = {"op": args.op, "field": args.field, "by": args.by, "where": args.where, "limit": args.limit}
     result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
     if result.withheld:
@@ -123,6 +126,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.llm import build_llm
     from rag_pipeline.sidecar import Sidecar
 
+    require_index(settings)
     retriever = components.open_retriever(settings)
     try:
         service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
@@ -196,6 +200,7 @@ def run_fields(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.sidecar import Sidecar
     from rag_pipeline.structured.query import load_registry
 
+    require_index(settings)
     registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_path)).values()]
     if args.json:
         print(json.dumps({"fields": registry}))
@@ -211,6 +216,7 @@ def run_inspect(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.inspect import cell_text, format_rows, inspect
     from rag_pipeline.structured.withheld import WITHHELD, withheld_warning
 
+    require_data_dir(settings)
     rows, title = inspect(settings, args)
     withheld = sum(WITHHELD in cell_text(row["value"]) for row in rows) if args.view == "fields" else 0
     if withheld:
