@@ -641,3 +641,30 @@ def test_lone_surrogates_are_bad_input(api: str, path: str, body: bytes, code: s
     """JSON escapes can spell text no UTF-8 holds; it is refused before it reaches the store or the response."""
     response = httpx.post(f"{api}{path}", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 400 and response.json()["error"]["code"] == code
+
+
+@pytest.mark.slow
+def test_serve_logs_json_lines_starting_with_where_and_what_it_serves(sample_index: tuple[Path, Path],
+                                                                      tmp_path: Path) -> None:
+    """Every line `serve` logs is a JSON object; the first says where it listens and which index it serves (data
+    dir, active generation, documents); the access log's fields are top-level keys, not a quoted string."""
+    from rag_pipeline.index.generations import GenerationRegistry
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(sample_index[1], data_dir)
+    log = tmp_path / "serve.log"
+    with serve_process(data_dir, log) as (url, _):
+        assert httpx.post(f"{url}/search", json={"query": "duck plumage"}).status_code == 200
+        deadline = time.monotonic() + 30
+        while '"endpoint": "/search"' not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    startup = lines[0]
+    assert startup["logger"] == "rag_pipeline.startup" and startup["level"] == "INFO"
+    assert startup["url"] == f"{url}/" and startup["data_dir"] == str(data_dir.resolve())
+    assert startup["generation"] == GenerationRegistry(data_dir).active_id() is not None
+    assert startup["documents"] == len(list(sample_index[0].rglob("*.*")))
+    assert startup["message"] == (f"serving {data_dir.resolve()} (generation {startup['generation']}, "
+                                  f"{startup['documents']} documents) on {url}/")
+    [access] = [line for line in lines if line["logger"] == "rag_pipeline.access" and line["endpoint"] == "/search"]
+    assert access["status"] == 200 and access["method"] == "POST" and access["level"] == "INFO"

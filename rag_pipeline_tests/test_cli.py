@@ -75,3 +75,11 @@ def test_inspect_and_sources_refuse_a_missing_data_dir(tmp_path: Path, capsys: p
         assert main([*command, "--data-dir", str(missing)]) == 2
         assert f"no index in {missing}: the directory does not exist" in capsys.readouterr().err
     assert not missing.exists()
+
+
+def test_version(capsys: pytest.CaptureFixture) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out == f"rag-pipeline {version('rag_pipeline')}\n"

@@ -110,4 +110,5 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> None
     """Run the API with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    # log_config=None: uvicorn keeps the handlers the caller gave its loggers (the CLI's JSON lines)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning", log_config=None)

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 
 from rag_pipeline.errors import (
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="data directory (default: $RAG_DATA_DIR, else ./.rag_data)")
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout; logs go to stderr")
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('rag_pipeline')}")
     commands = parser.add_subparsers(dest="command", required=True)
     ingest = commands.add_parser("ingest", parents=[common],
                                  help="discover, diff by SHA and materialise the affected shards through Dagster")
