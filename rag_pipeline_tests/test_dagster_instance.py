@@ -73,3 +73,20 @@ def test_make_demo_records_its_runs_in_the_instance_make_dev_opens(tmp_path: Pat
     with DagsterInstance.from_ref(InstanceRef.from_dir(home)) as instance:
         assert run_ids and all(instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
                                for run_id in run_ids)
+
+
+def test_every_step_that_opens_the_stores_holds_the_store_pool() -> None:
+    """Every asset, asset check and op given the `rag` or `retrieval` resource (they open the sidecar, the embedded
+    store or the artifacts) holds the rag_store_writer pool, which dagster.yaml limits to one run: a sensor-started
+    corpus_summary and the eval job queue behind each other instead of failing with StoreLocked."""
+    from rag_pipeline.defs.resources import STORE_POOL
+    from rag_pipeline.definitions import defs
+
+    repository = defs().get_repository_def()
+    steps = {node.name: node for job in repository.get_all_jobs() for node in job.all_node_defs}
+    opening = {name: node for name, node in steps.items() if node.required_resource_keys & {"rag", "retrieval"}}
+    assert {"eval_report", "eval_report_eval_quality_gate", "corpus_summary", "source_manifest",
+            "answer_question_op", "raw_documents", "index_generation"} <= set(opening)
+    assert {name: node.pool for name, node in opening.items() if node.pool != STORE_POOL} == {}
+    concurrency = yaml.safe_load((REPO / "dagster.yaml").read_text())["concurrency"]
+    assert concurrency["pools"] == {"granularity": "run", "default_limit": 1}

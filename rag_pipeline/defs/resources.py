@@ -21,6 +21,10 @@ from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
+# The pool of every asset, check and op that opens the embedded stores (the artifacts, the DuckDB sidecar, the
+# embedded Qdrant engine, each one process at a time): dagster.yaml gives it one run at a time, others queue.
+STORE_POOL = "rag_store_writer"
+
 
 class RagResource(dg.ConfigurableResource):
     """Overrides of Settings for a run; unset fields come from settings.py and RAG_* env vars.
