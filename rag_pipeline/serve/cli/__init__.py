@@ -49,11 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     ingest = commands.add_parser("ingest", parents=[common],
                                  help="discover, diff by SHA and materialise the affected shards through Dagster")
-    ingest.add_argument("roots", nargs="*", help="folders of documents: the source is synced to exactly these "
-                                                 "(none: the source's configured roots; no --source either: every "
-                                                 "configured source)")
+    ingest.add_argument("roots", nargs="*", help="folders of documents, added to the source's roots (none: the "
+                                                 "source's configured roots; no --source either: every configured "
+                                                 "source)")
     ingest.add_argument("--source", default=None, metavar="NAME",
                         help="the source to sync (default with roots: `default`); see RAG_SOURCES_FILE")
+    ingest.add_argument("--replace", action="store_true",
+                        help="sync the source to exactly these roots: documents only its other roots held are purged "
+                             "(they are named in the output)")
     ingest.set_defaults(run=run_ingest)
     reindex = commands.add_parser("reindex", parents=[common],
                                   help="build the index generation the settings describe (model, chunk and sparse "
