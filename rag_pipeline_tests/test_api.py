@@ -668,3 +668,56 @@ def test_serve_logs_json_lines_starting_with_where_and_what_it_serves(sample_ind
                                   f"{startup['documents']} documents) on {url}/")
     [access] = [line for line in lines if line["logger"] == "rag_pipeline.access" and line["endpoint"] == "/search"]
     assert access["status"] == 200 and access["method"] == "POST" and access["level"] == "INFO"
+
+
+def test_openapi_validates_and_types_every_body_and_event(api: str) -> None:
+    """The document passes an OpenAPI validator (every $ref resolves), every 2xx body of every route has a schema,
+    /ask's and /chat's text/event-stream are typed by their event schemas, and the served bodies and events fit
+    them key for key."""
+    from openapi_spec_validator import validate
+
+    from rag_pipeline.serve.models import (
+        AskEvent,
+        ChatDeleted,
+        ChatEvent,
+        ChatSessionResponse,
+        FieldInfo,
+        FieldsResponse,
+    )
+
+    doc = httpx.get(f"{api}/openapi.json").json()
+    validate(doc)
+    untyped = [(method, path, status, media) for path, operations in doc["paths"].items()
+               for method, operation in operations.items() for status, response in operation["responses"].items()
+               if status.startswith("2") for media, content in response.get("content", {}).items()
+               if not content.get("schema")]
+    assert untyped == []
+    for path, model in (("/ask", "AskEvent"), ("/chat", "ChatEvent")):
+        content = doc["paths"][path]["post"]["responses"]["200"]["content"]
+        assert content["text/event-stream"]["schema"] == {"$ref": f"#/components/schemas/{model}"}
+
+    def fits(model: type, body: dict) -> None:
+        """`body` validates and holds the model's required keys and no undocumented one (an event: its data)."""
+        parsed = model.model_validate(body)
+        target, data = (parsed.root.data, body["data"]) if hasattr(parsed, "root") else (parsed, body)
+        fields = type(target).model_fields
+        required = {name for name, field in fields.items() if field.is_required()}
+        assert required <= set(data) <= set(fields), (type(target).__name__, sorted(data))
+
+    ask = httpx.post(f"{api}/ask", json={"question": "Who do I page for a SEV1 outage?"}, timeout=120)
+    events = parse_sse(ask.text)
+    assert {name for name, _ in events} == {"token", "done"}
+    for name, data in events:
+        fits(AskEvent, {"event": name, "data": data})
+    chat = httpx.post(f"{api}/chat", json={"message": "Who do I page for a SEV1 outage?"}, timeout=120)
+    events = parse_sse(chat.text)
+    assert {"session", "step", "observation", "done"} <= {name for name, _ in events}
+    for name, data in events:
+        fits(ChatEvent, {"event": name, "data": data})
+    session = dict(events)["session"]["session_id"]
+    fits(ChatSessionResponse, httpx.get(f"{api}/chat/{session}").json())
+    fields = httpx.get(f"{api}/fields").json()
+    fits(FieldsResponse, fields)
+    for field in fields["fields"]:
+        fits(FieldInfo, field)
+    fits(ChatDeleted, httpx.request("DELETE", f"{api}/chat/{session}").json())

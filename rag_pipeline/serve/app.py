@@ -51,6 +51,7 @@ from rag_pipeline.serve.middleware.internal_error import InternalError
 from rag_pipeline.serve.middleware.json_body import JsonBodies
 from rag_pipeline.serve.middleware.origins import SameOrigin, cors
 from rag_pipeline.serve.middleware.prometheus import Metrics, RequestMetrics
+from rag_pipeline.serve.openapi import openapi_document
 from rag_pipeline.serve.public_paths import ServerPaths
 from rag_pipeline.serve.routes import conversation, documents, keys, metadata, ops, search
 from rag_pipeline.serve.runtime import Runtime
@@ -84,6 +85,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,  # routes/ops.py serves it, behind auth
         exception_handlers=EXCEPTION_HANDLERS, middleware=middleware(settings, services.metrics),
     )
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]  # with the event streams' schemas
     app.state.services = services
     for router in (search.router(settings.top_k), metadata.router, conversation.router, documents.router, keys.router,
                    ops.router):
