@@ -74,7 +74,7 @@ def print_search(output: dict[str, Any]) -> None:
     for warning in output["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     for rank, result in enumerate(output["results"], start=1):
-        where = f"{result['path']}:{result['line_start']}" + (f" (page {result['page']})" if result["page"] else "")
+        where = cited_place(result["path"], result["line_start"], result["page"])
         print(f"{rank:>2}. {result['score']:.4f}  {where}  {result['header']}")
         for other in result["paths"][1:]:
             print(f"    also at {other}")
@@ -83,13 +83,19 @@ def print_search(output: dict[str, Any]) -> None:
     print(f"({len(output['results'])} results, {output['mode']}; ms: {timings})")
 
 
+def cited_place(path: str, line: int | None, page: int | None) -> str:
+    """PATH:LINE (page N): the line in the original file when it has one (a converted format: pages only)."""
+    return path + (f":{line}" if line else "") + (f" (page {page})" if page else "")
+
+
 def print_sources(answer: Any) -> None:
     print()
     for warning in answer.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for source in answer.sources:
         page = f", page {source.page}" if source.page else ""
-        print(f"[{source.number}] {source.path}:{source.line_start}{page}  {source.heading}")
+        line = f":{source.line_start}" if source.line_start else ""
+        print(f"[{source.number}] {source.path}{line}{page}  {source.heading}")
         for other in source.paths[1:]:
             print(f"    also at {other}")
 
