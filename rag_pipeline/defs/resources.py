@@ -61,7 +61,7 @@ class RagResource(dg.ConfigurableResource):
         if self.source is None and not self.roots:
             return list(configured_sources(settings).values())
         name = self.source or DEFAULT_SOURCE
-        stored = {name: row["roots"] for name, row in self.sidecar().sources().items()}
+        stored = {source: row["roots"] for source, row in self.sidecar().sources().items()}
         spec = resolve_source(settings, name, self.roots, stored)
         if self.add_roots and (name in stored or name in configured_sources(settings)):
             kept = resolve_source(settings, name, None, stored).roots

@@ -14,6 +14,8 @@ from rag_pipeline.settings import Settings
 if TYPE_CHECKING:
     pass
 
+startup_log = logging.getLogger("rag_pipeline.startup")  # the first line serve logs
+
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     """Serve the API; its logs (and uvicorn's) are JSON lines on stderr, the first one saying where it listens and
@@ -34,9 +36,6 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
     startup_log.info(json.dumps(served_index(settings, args.host, args.port)))
     serve(settings, host=args.host, port=args.port)
     return 0
-
-
-startup_log = logging.getLogger("rag_pipeline.startup")
 
 
 def served_index(settings: Settings, host: str, port: int) -> dict[str, Any]:
