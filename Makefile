@@ -24,7 +24,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(BIN)/rag-pipeline ingest golden/corpus --data-dir $(DATA_DIR)
+	$(dagster_home)
+	DAGSTER_HOME=$(DAGSTER_HOME_DIR) $(BIN)/rag-pipeline ingest golden/corpus --data-dir $(DATA_DIR)
 
 test: install
 	$(BIN)/python -m pytest -q -ra --durations=15
@@ -32,7 +33,8 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
-dev: install
+# `make demo` and `make dev` share this Dagster instance (<data dir>/dagster_home): the UI lists the demo's runs.
+define dagster_home
 	mkdir -p $(DAGSTER_HOME_DIR)
 	@case "$(RAG_DAGSTER_STORAGE)" in \
 	  sqlite) cp dagster.yaml $(DAGSTER_HOME_DIR)/dagster.yaml ;; \
@@ -41,6 +43,10 @@ dev: install
 	    cp deploy/dagster-postgres.yaml $(DAGSTER_HOME_DIR)/dagster.yaml ;; \
 	  *) echo "RAG_DAGSTER_STORAGE must be sqlite or postgres, got '$(RAG_DAGSTER_STORAGE)'" >&2; exit 1 ;; \
 	esac
+endef
+
+dev: install
+	$(dagster_home)
 	DAGSTER_HOME=$(DAGSTER_HOME_DIR) RAG_DATA_DIR=$(abspath $(DATA_DIR)) RAG_ROOTS=$${RAG_ROOTS:-$(abspath golden/corpus)} \
 		$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 

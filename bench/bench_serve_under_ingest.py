@@ -82,7 +82,7 @@ def serve(data_dir: Path, roots: list[Path]) -> tuple[str, subprocess.Popen]:
     port = free_port()
     env = {**os.environ, "RAG_ROOTS": ",".join(map(str, roots))}
     server = subprocess.Popen([sys.executable, "-m", "rag_pipeline", "serve", "--port", str(port), "--data-dir",
-                               str(data_dir), "--keyless-loopback"], cwd=REPO, env=env, stderr=subprocess.DEVNULL)
+                               str(data_dir), "--keyless-loopback", "--allow-empty"], cwd=REPO, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while True:

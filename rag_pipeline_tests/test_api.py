@@ -544,7 +544,7 @@ def test_server_store_down_at_startup(tmp_path: Path) -> None:
     server starts without a traceback, /healthz is 503 naming the store and RAG_QDRANT_URL, requests get 503s."""
     port = free_port()
     log = tmp_path / "serve.log"
-    with serve_process(tmp_path / "data", log, RAG_QDRANT_URL=f"http://127.0.0.1:{port}") as (url, process):
+    with serve_process(tmp_path / "data", log, "--allow-empty", RAG_QDRANT_URL=f"http://127.0.0.1:{port}") as (url, process):
         health = httpx.get(f"{url}/healthz")
         assert health.status_code == 503
         report = health.json()
@@ -651,3 +651,83 @@ def test_lone_surrogates_are_bad_input(api: str, path: str, body: bytes, code: s
     """JSON escapes can spell text no UTF-8 holds; it is refused before it reaches the store or the response."""
     response = httpx.post(f"{api}{path}", content=body, headers={"content-type": "application/json"})
     assert response.status_code == 400 and response.json()["error"]["code"] == code
+
+
+@pytest.mark.slow
+def test_serve_logs_json_lines_starting_with_where_and_what_it_serves(sample_index: tuple[Path, Path],
+                                                                      tmp_path: Path) -> None:
+    """Every line `serve` logs is a JSON object; the first says where it listens and which index it serves (data
+    dir, active generation, documents); the access log's fields are top-level keys, not a quoted string."""
+    from rag_pipeline.index.generations import GenerationRegistry
+
+    data_dir = tmp_path / "data"
+    shutil.copytree(sample_index[1], data_dir)
+    log = tmp_path / "serve.log"
+    with serve_process(data_dir, log) as (url, _):
+        assert httpx.post(f"{url}/search", json={"query": "duck plumage"}).status_code == 200
+        deadline = time.monotonic() + 30
+        while '"endpoint": "/search"' not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    startup = lines[0]
+    assert startup["logger"] == "rag_pipeline.startup" and startup["level"] == "INFO"
+    assert startup["url"] == f"{url}/" and startup["data_dir"] == str(data_dir.resolve())
+    assert startup["generation"] == GenerationRegistry(data_dir).active_id() is not None
+    assert startup["documents"] == len(list(sample_index[0].rglob("*.*")))
+    assert startup["message"] == (f"serving {data_dir.resolve()} (generation {startup['generation']}, "
+                                  f"{startup['documents']} documents) on {url}/")
+    [access] = [line for line in lines if line["logger"] == "rag_pipeline.access" and line["endpoint"] == "/search"]
+    assert access["status"] == 200 and access["method"] == "POST" and access["level"] == "INFO"
+
+
+def test_openapi_validates_and_types_every_body_and_event(api: str) -> None:
+    """The document passes an OpenAPI validator (every $ref resolves), every 2xx body of every route has a schema,
+    /ask's and /chat's text/event-stream are typed by their event schemas, and the served bodies and events fit
+    them key for key."""
+    from openapi_spec_validator import validate
+
+    from rag_pipeline.serve.models import (
+        AskEvent,
+        ChatDeleted,
+        ChatEvent,
+        ChatSessionResponse,
+        FieldInfo,
+        FieldsResponse,
+    )
+
+    doc = httpx.get(f"{api}/openapi.json").json()
+    validate(doc)
+    untyped = [(method, path, status, media) for path, operations in doc["paths"].items()
+               for method, operation in operations.items() for status, response in operation["responses"].items()
+               if status.startswith("2") for media, content in response.get("content", {}).items()
+               if not content.get("schema")]
+    assert untyped == []
+    for path, model in (("/ask", "AskEvent"), ("/chat", "ChatEvent")):
+        content = doc["paths"][path]["post"]["responses"]["200"]["content"]
+        assert content["text/event-stream"]["schema"] == {"$ref": f"#/components/schemas/{model}"}
+
+    def fits(model: type, body: dict) -> None:
+        """`body` validates and holds the model's required keys and no undocumented one (an event: its data)."""
+        parsed = model.model_validate(body)
+        target, data = (parsed.root.data, body["data"]) if hasattr(parsed, "root") else (parsed, body)
+        fields = type(target).model_fields
+        required = {name for name, field in fields.items() if field.is_required()}
+        assert required <= set(data) <= set(fields), (type(target).__name__, sorted(data))
+
+    ask = httpx.post(f"{api}/ask", json={"question": "Who do I page for a SEV1 outage?"}, timeout=120)
+    events = parse_sse(ask.text)
+    assert {name for name, _ in events} == {"token", "done"}
+    for name, data in events:
+        fits(AskEvent, {"event": name, "data": data})
+    chat = httpx.post(f"{api}/chat", json={"message": "Who do I page for a SEV1 outage?"}, timeout=120)
+    events = parse_sse(chat.text)
+    assert {"session", "step", "observation", "done"} <= {name for name, _ in events}
+    for name, data in events:
+        fits(ChatEvent, {"event": name, "data": data})
+    session = dict(events)["session"]["session_id"]
+    fits(ChatSessionResponse, httpx.get(f"{api}/chat/{session}").json())
+    fields = httpx.get(f"{api}/fields").json()
+    fits(FieldsResponse, fields)
+    for field in fields["fields"]:
+        fits(FieldInfo, field)
+    fits(ChatDeleted, httpx.request("DELETE", f"{api}/chat/{session}").json())

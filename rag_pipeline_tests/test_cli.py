@@ -45,3 +45,41 @@ def test_inspect_unknown_document(sample_index: tuple[Path, Path], capsys: pytes
     assert main(["inspect", "chunks", "no-such-file.md", "--json", "--data-dir", str(sample_index[1])]) == 2
     error = json.loads(capsys.readouterr().out)["error"]
     assert error == {"code": "not_found", "message": "no documents match 'no-such-file.md'"}
+
+
+READING_COMMANDS = [["search", "duck"], ["ask", "who is on call?"], ["chat", "who is on call?"], ["query", "count"],
+                    ["fields"], ["eval", "--no-answers"], ["serve", "--keyless-loopback"]]
+
+
+@pytest.mark.parametrize("command", READING_COMMANDS, ids=lambda command: command[0])
+def test_commands_that_read_an_index_refuse_a_missing_or_empty_data_dir(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A wrong folder or a mistyped --data-dir is refused (exit 2, the directory named with the way to create an
+    index), and nothing is created: not the directory, not a store, a sidecar or a model in it."""
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    empty.mkdir()
+    for data_dir, why in ((missing, "the directory does not exist"), (empty, "no ingest has completed there")):
+        assert main([*command, "--json", "--data-dir", str(data_dir)]) == 2
+        captured = capsys.readouterr()
+        error = json.loads(captured.out)["error"]
+        assert error["code"] == "no_index"
+        assert error["message"].startswith(f"no index in {data_dir}: {why}; create one with `rag-pipeline ingest "
+                                           f"FOLDER --data-dir {data_dir}` (or `make demo`")
+        assert f"rag-pipeline: no index in {data_dir}" in captured.err
+    assert not missing.exists() and list(empty.iterdir()) == []
+
+
+def test_inspect_and_sources_refuse_a_missing_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    missing = tmp_path / "missing"
+    for command in (["inspect", "documents"], ["sources"]):
+        assert main([*command, "--data-dir", str(missing)]) == 2
+        assert f"no index in {missing}: the directory does not exist" in capsys.readouterr().err
+    assert not missing.exists()
+
+
+def test_version(capsys: pytest.CaptureFixture) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out == f"rag-pipeline {version('rag_pipeline')}\n"

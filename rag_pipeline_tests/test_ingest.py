@@ -26,7 +26,7 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline_tests.sidecar_sql import sql_rows
 
-from .conftest import SAMPLE_CORPUS
+from .conftest import REPO, SAMPLE_CORPUS
 
 
 def sha_of(path: Path) -> str:
@@ -369,3 +369,34 @@ def test_dagster_definitions_validate() -> None:
     process = subprocess.run([str(dagster), "definitions", "validate", "-w", "workspace.yaml"],
                              cwd=repo, capture_output=True, text=True)
     assert process.returncode == 0, process.stderr[-3000:]
+
+
+def test_citations_give_the_line_of_the_original_file(tmp_path: Path, data_dir: Path) -> None:
+    """A chunk of a Markdown file with front matter (and of a text file with blank runs) cites the line of the
+    original file its text starts on, not the line of the converted Markdown; a converted format (HTML, PDF) cites
+    no line (its lines are docling's), a PDF its page."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(REPO / "golden" / "catalog" / "docs" / "projects" / "quarry-kings.md", corpus)
+    (corpus / "spaced.txt").write_text("\n\n\nThe first paragraph.\n\n\n\n\nThe pump seals are checked weekly.\n")
+    for name in ("notes/faq.txt", "web/duck.html", "papers/word-processor-history.pdf"):
+        shutil.copy(SAMPLE_CORPUS / name, corpus)
+    summary = ingest([corpus], data_dir)
+    assert summary["failed"] == []
+    settings = load_settings(data_dir=data_dir)
+    rows = {Path(row["paths"][0]).name: row for row in Sidecar(settings.sidecar_path).documents().values()}
+    for name in ("quarry-kings.md", "faq.txt", "spaced.txt"):
+        lines = (corpus / name).read_text().split("\n")
+        chunks = read_chunks(settings, rows[name]["shard"], rows[name]["sha"])
+        for chunk in chunks:
+            cited = lines[chunk.line_start - 1].strip()
+            assert cited and cited[:40] in chunk.text, (name, chunk.line_start, cited, chunk.text[:200])
+    first = read_chunks(settings, rows["quarry-kings.md"]["shard"], rows["quarry-kings.md"]["sha"])[0]
+    assert first.line_start > 12  # after the 12 lines of front matter
+    assert [chunk.line_start for chunk in read_chunks(settings, rows["spaced.txt"]["shard"],
+                                                      rows["spaced.txt"]["sha"])] == [4]
+    for name in ("duck.html", "word-processor-history.pdf"):
+        chunks = read_chunks(settings, rows[name]["shard"], rows[name]["sha"])
+        assert chunks and {chunk.line_start for chunk in chunks} == {None}
+    assert {chunk.page for chunk in read_chunks(settings, rows["word-processor-history.pdf"]["shard"],
+                                                rows["word-processor-history.pdf"]["sha"])} >= {1, 2}

@@ -335,3 +335,29 @@ def test_forget_a_source_and_an_unmounted_root_purges_nothing(tmp_path: Path, da
     assert [row["sources"] for row in rows.values()] == [["alpha"]]
     assert "beta" not in Sidecar(load_settings(data_dir=data_dir).sidecar_path).sources()
     assert all("tourmaline" not in hit["text"] for hit in search(data_dir, "tourmaline gate"))
+
+
+def test_cli_ingest_adds_a_folder_and_replacing_names_what_it_purges(
+        two_folders: tuple[Path, Path], data_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    """`ingest FOLDER` after another folder (the demo's, say) adds it beside the first: nothing is purged. Syncing to
+    exactly the folders given takes --replace, and the purged documents are named (CLI output and the summary)."""
+    from rag_pipeline.serve.cli import main
+
+    docs, notes = two_folders
+    assert main(["ingest", str(docs), "--data-dir", str(data_dir), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["ingest", str(notes), "--data-dir", str(data_dir), "--json"]) == 0
+    added = json.loads(capsys.readouterr().out)
+    assert (added["added"], added["purged"], added["unchanged"], added["purged_paths"]) == (1, 0, 2, [])
+    assert Sidecar(load_settings(data_dir=data_dir).sidecar_path).sources()["default"]["roots"] == [str(docs),
+                                                                                                    str(notes)]
+    assert search(data_dir, "quartzite pump")[0]["path"] == str(docs / "pumps.md")
+    assert main(["ingest", str(notes), "--data-dir", str(data_dir), "--json"]) == 0  # again: nothing changes
+    assert json.loads(capsys.readouterr().out)["unchanged"] == 3
+
+    assert main(["ingest", str(notes), "--replace", "--data-dir", str(data_dir)]) == 0
+    output = capsys.readouterr().out
+    assert "purged 2," in output
+    assert [line for line in output.splitlines() if line.startswith("  purged: ")] == [
+        f"  purged: {docs / 'install.md'}", f"  purged: {docs / 'pumps.md'}"]
+    assert {row["paths"][0] for row in documents(data_dir).values()} == {str(notes / "meeting.md")}

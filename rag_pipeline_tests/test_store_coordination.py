@@ -87,7 +87,7 @@ def test_serve_started_during_a_cli_ingest_leaves_it_the_store(tmp_path: Path) -
     ingest = start_ingest(corpus, data_dir)
     try:
         wait_until_holding(ingest, data_dir)
-        with serve_process(data_dir, tmp_path / "serve.log") as (url, server):
+        with serve_process(data_dir, tmp_path / "serve.log", "--allow-empty") as (url, server):
             seen = probe_while(ingest, url)
             summary = finished(ingest)
             assert summary["added"] == len(list(corpus.rglob("*.*"))) and summary["failed"] == []

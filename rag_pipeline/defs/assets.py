@@ -10,7 +10,7 @@ from typing import Any
 import dagster as dg
 
 from rag_pipeline.defs.partitions import SHARDS
-from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.defs.resources import STORE_POOL, RagResource
 from rag_pipeline.ingest.catalogue import sync_catalogue
 from rag_pipeline.ingest.chunk import sync_chunks
 from rag_pipeline.ingest.convert import sync_markdown
@@ -45,7 +45,7 @@ GENERATION = "generation"  # metadata key of index_generation's GenerationReport
 SHARDED = {
     "partitions_def": SHARDS,
     "backfill_policy": dg.BackfillPolicy.single_run(),
-    "pool": "rag_store_writer",
+    "pool": STORE_POOL,
     "owners": OWNERS,
 }
 INGEST = {**SHARDED, "group_name": "ingest"}  # source files to chunks
@@ -119,7 +119,7 @@ def coverage_table(label: str, coverage: dict[str, dict[str, int]]) -> list[str]
     return [f"| {label} | files | MiB |", "|---|---:|---:|", *rows]
 
 
-@dg.asset(group_name="ingest", kinds={"python"}, owners=OWNERS)
+@dg.asset(group_name="ingest", kinds={"python"}, owners=OWNERS, pool=STORE_POOL)
 def source_manifest(rag: RagResource) -> dg.MaterializeResult:
     """Dry run of every configured source: every file with included / refused / excluded and the reason, coverage
     by type, top folder and tag, largest and empty files, and the text files redaction would change. Converts
@@ -258,7 +258,7 @@ def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.
     group_name="index",
     kinds={"qdrant"},
     owners=OWNERS,
-    pool="rag_store_writer",
+    pool=STORE_POOL,
     check_specs=[dg.AssetCheckSpec("generation_points_match_chunks", asset="index_generation")],
 )
 def index_generation(rag: RagResource) -> dg.MaterializeResult:
@@ -286,7 +286,8 @@ def index_generation(rag: RagResource) -> dg.MaterializeResult:
     )
 
 
-@dg.asset(deps=[index_generation], group_name="index", kinds={"duckdb"}, owners=OWNERS)
+@dg.asset(deps=[index_generation], group_name="index", kinds={"duckdb"}, owners=OWNERS,
+          pool=STORE_POOL)
 def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
     """Documents and chunks by type, by source and by tag, failures and redaction totals over the whole corpus."""
     sidecar = rag.sidecar()

@@ -4,7 +4,7 @@ quality gate, and the nightly eval job schedule."""
 import dagster as dg
 
 from rag_pipeline.defs.location import DEFINITION_SETTINGS
-from rag_pipeline.defs.resources import RetrievalResource
+from rag_pipeline.defs.resources import STORE_POOL, RetrievalResource
 from rag_pipeline.evaluate.gate import recorded_gate
 from rag_pipeline.evaluate.golden import load_golden
 from rag_pipeline.evaluate.index_eval import evaluate_index, format_report, headline
@@ -34,7 +34,7 @@ def questions_table(report: dict) -> dg.TableMetadataValue:
 
 @dg.asset(
     deps=["vector_index", "metadata_sidecar", golden_set], group_name="eval", kinds={"qdrant", "duckdb"},
-    owners=["team:rag-platform"],
+    owners=["team:rag-platform"], pool=STORE_POOL,
     description="Retrieval and answer metrics of the golden set on the current index: float metadata per metric "
                 "(plotted over time), a Markdown report with the change since the previous run, a per-question "
                 "table and the index version measured. Each run is kept in the sidecar's eval_runs table.",
@@ -59,7 +59,7 @@ def eval_report(context: dg.AssetExecutionContext, retrieval: RetrievalResource)
     return dg.MaterializeResult(metadata=metadata)
 
 
-@dg.asset_check(asset=eval_report, blocking=True,
+@dg.asset_check(asset=eval_report, blocking=True, pool=STORE_POOL,
                 description="Recall@5 and NDCG@10 are not below RAG_EVAL_MIN_RECALL_AT_5 / RAG_EVAL_MIN_NDCG_AT_10 and "
                             "not more than RAG_EVAL_MAX_DROP below the previous evaluation.")
 def eval_quality_gate(retrieval: RetrievalResource) -> dg.AssetCheckResult:

@@ -6,14 +6,14 @@ from typing import Any
 import dagster as dg
 
 from rag_pipeline.defs.assets import OWNERS, metadata_sidecar
-from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.defs.resources import STORE_POOL, RagResource
 from rag_pipeline.ingest.vector_index import sync_field_labels
 from rag_pipeline.llm import build_llm
 from rag_pipeline.structured.enrich import Enricher, enrichment_summary, failures
 from rag_pipeline.structured.roster import STATUSES, load_rosters, stored_secrets
 
 TABLE_LIMIT = 500
-FIELDS = {"group_name": "fields", "owners": OWNERS, "pool": "rag_store_writer"}
+FIELDS = {"group_name": "fields", "owners": OWNERS, "pool": STORE_POOL}
 
 
 def markdown_table(rows: list[dict[str, Any]], columns: list[str]) -> str:

@@ -96,10 +96,11 @@ def stage_totals(result: dg.ExecuteInProcessResult) -> dict[str, StageTotals]:
 
 def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | None = None, *,
            source: str | None = None, rediscover: bool = True, forget: str | None = None,
-           progress: bool = False) -> dict[str, Any]:
+           progress: bool = False, add_roots: bool = False) -> dict[str, Any]:
     """Sync sources into the data dir; returns the summary the CLI prints as JSON.
 
-    With `roots`, the source `source` (default `default`) is synced to exactly those roots; with `source` alone,
+    With `roots`, the source `source` (default `default`) is synced to exactly those roots (`add_roots`: to the
+    roots it has plus these, so adding a folder removes nothing); with `source` alone,
     to its configured (or last synced) roots; with neither, every configured source. `rediscover=False` walks no
     folder: the index generation the settings describe is built from what the sources last recorded (reindex).
     `forget` drops a source that is no longer configured first (its documents leave unless another source holds
@@ -109,6 +110,7 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
     rag = RagResource(
         roots=[str(Path(root).resolve()) for root in roots] if roots else None, source=source,
         data_dir=str(data_dir) if data_dir is not None else None, show_progress=progress, rediscover=rediscover,
+        add_roots=add_roots,
     )
     settings = rag.settings
     with exclusive_ingest(settings.data_dir), held_store(rag):
@@ -126,7 +128,7 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     manifest = rag.manifest(specs)
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
-    summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs])
+    summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs], paths_before=sidecar.first_paths())
     generations = rag.generations()
     target = generations.target()
     with dagster_instance() as instance:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 import dagster as dg
 from pydantic import PrivateAttr
@@ -21,17 +22,22 @@ from rag_pipeline.retrieve.retriever import Retriever
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
+# The pool of every asset, check and op that opens the embedded stores (the artifacts, the DuckDB sidecar, the
+# embedded Qdrant engine, each one process at a time): dagster.yaml gives it one run at a time, others queue.
+STORE_POOL = "rag_store_writer"
+
 
 class RagResource(dg.ConfigurableResource):
     """Overrides of Settings for a run; unset fields come from settings.py and RAG_* env vars.
 
-    `source` (with `roots`: exactly those roots) names the one source a run re-discovers; without either, a run
-    re-discovers every configured source (RAG_SOURCES_FILE, and RAG_ROOTS as `default`). Sources it does not
-    re-discover keep the files their last sync recorded."""
+    `source` (with `roots`: exactly those roots, or with `add_roots` those roots beside the ones it has) names the
+    one source a run re-discovers; without either, a run re-discovers every configured source (RAG_SOURCES_FILE,
+    and RAG_ROOTS as `default`). Sources it does not re-discover keep the files their last sync recorded."""
 
     data_dir: str | None = None
     roots: list[str] | None = None
     source: str | None = None
+    add_roots: bool = False  # with roots: sync the source to its configured or last synced roots plus these
     show_progress: bool = False
     rediscover: bool = True  # False: walk no folder, use what every source last recorded (a reindex)
 
@@ -54,8 +60,13 @@ class RagResource(dg.ConfigurableResource):
             return []
         if self.source is None and not self.roots:
             return list(configured_sources(settings).values())
-        stored = {name: row["roots"] for name, row in self.sidecar().sources().items()}
-        return [resolve_source(settings, self.source or DEFAULT_SOURCE, self.roots, stored)]
+        name = self.source or DEFAULT_SOURCE
+        stored = {source: row["roots"] for source, row in self.sidecar().sources().items()}
+        spec = resolve_source(settings, name, self.roots, stored)
+        if self.add_roots and (name in stored or name in configured_sources(settings)):
+            kept = resolve_source(settings, name, None, stored).roots
+            spec = replace(spec, roots=tuple(dict.fromkeys((*kept, *spec.roots))))
+        return [spec]
 
     def sidecar(self) -> Sidecar:
         return Sidecar(self.settings.sidecar_path)

@@ -4,7 +4,7 @@ import dagster as dg
 from pydantic import Field
 
 from rag_pipeline.components import answerer
-from rag_pipeline.defs.resources import RetrievalResource
+from rag_pipeline.defs.resources import STORE_POOL, RetrievalResource
 from rag_pipeline.errors import InputError
 
 
@@ -27,7 +27,8 @@ def sources_table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
-@dg.op(description="Answer one question with cited sources (or only retrieve, generate=False); the answer, "
+@dg.op(pool=STORE_POOL,
+       description="Answer one question with cited sources (or only retrieve, generate=False); the answer, "
                    "sources, guardrail report and per-stage timings are recorded as output metadata.")
 def answer_question_op(context: dg.OpExecutionContext, config: AnswerQuestionConfig,
                        retrieval: RetrievalResource) -> dict:

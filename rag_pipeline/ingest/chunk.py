@@ -33,9 +33,10 @@ def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> 
     for shard, sha in todo:
         begin = time.perf_counter()
         name = document_name(settings, known.get(sha), sha)
+        conversion = markdown.read_json(shard, sha, "json")  # (no line_origins: converted before they were kept)
         pieces = chunk_document(
             sha, redacted.read_text(shard, sha, "md"),
-            line_pages=markdown.read_json(shard, sha, "json")["line_pages"],
+            line_pages=conversion["line_pages"], line_origins=conversion.get("line_origins"),
             chunker=settings.chunker, chunk_size=size, chunk_overlap=settings.chunk_overlap,
             sentence_window=settings.sentence_window, tokenizer=tokenizer, document_name=name,
         )

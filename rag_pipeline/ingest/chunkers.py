@@ -58,7 +58,7 @@ class Chunk:
     chunk_index: int  # 0..n-1 in document order
     text: str  # what gets embedded and shown
     heading_path: str  # "A > B > C" of the enclosing Markdown headings ("" if none)
-    line_start: int  # 1-based Markdown line where the chunk's own (non-overlap) text starts
+    line_start: int | None  # 1-based line where the chunk's own (non-overlap) text starts (see chunk_document)
     page: int | None  # page of line_start when line_pages was given, else None
     window_text: str | None  # sentence-window chunker only: the sentence with its neighbours
 
@@ -148,6 +148,7 @@ def chunk_document(
     markdown: str,
     *,
     line_pages: Sequence[int] | None = None,
+    line_origins: Sequence[int | None] | None = None,
     chunker: Literal["tokens", "recursive", "sentence_window"] = "recursive",
     chunk_size: int = 512,
     chunk_overlap: int = 64,
@@ -161,7 +162,9 @@ def chunk_document(
     embedding model's tokenizer): every chunk's embedded text (contextual_text with document_name: context line,
     overlap and chunk) has at most chunk_size word pieces, unless a section's context line alone takes more than
     half of chunk_size (the chunk then gets half). Lines are split on "\\n" only: line_pages[i] is the page of
-    line i + 1. A line that line_pages does not cover gets page None.
+    line i + 1. A line that line_pages does not cover gets page None. line_start is the Markdown line, or with
+    line_origins the original file's line that Markdown line came from (line_origins[i] for line i + 1; None
+    where the file has no such line: a converted format).
     """
     if chunk_size < 1 or chunk_overlap < 0 or sentence_window < 0:
         raise ValueError(f"invalid sizes: {chunk_size=}, {chunk_overlap=}, {sentence_window=}")
@@ -185,7 +188,8 @@ def chunk_document(
     for index, (text, offset, heading_path, window) in enumerate(pieces):
         line = bisect_right(line_starts, offset)
         page = line_pages[line - 1] if line_pages is not None and line <= len(line_pages) else None
-        chunks.append(Chunk(chunk_id(sha, index), sha, index, text, heading_path, line, page, window))
+        origin = line if line_origins is None else line_origins[line - 1] if line <= len(line_origins) else None
+        chunks.append(Chunk(chunk_id(sha, index), sha, index, text, heading_path, origin, page, window))
     return chunks
 
 

@@ -111,7 +111,8 @@ def sync_markdown(
             rows.append({"sha": sha, "status": "failed", "stage": "markdown", "error": outcome.error})
             continue
         markdown.write_json(shard, sha, "json", {
-            "line_pages": converted.line_pages, "page_count": converted.page_count,
+            "line_pages": converted.line_pages, "line_origins": converted.line_origins,
+            "page_count": converted.page_count,
             "title": converted.title, "converter": converted.converter, "fields": converted.fields.to_json(),
         })
         markdown.write_text(shard, sha, "md", converted.markdown)

@@ -41,8 +41,11 @@ class ConvertedDocument:
     """A converted document.
 
     line_pages holds the 1-based page of every line of markdown.split("\\n") (None for
-    unpaginated types); page_count is set for PDFs and PPTX (slides). `fields` are the properties the document
-    states (a Markdown file's front matter, which is not part of `markdown`; a file's document properties).
+    unpaginated types); page_count is set for PDFs and PPTX (slides). line_origins holds the 1-based line of the
+    original file every Markdown line comes from (text and Markdown files: the front matter and collapsed blank
+    lines are counted), None for each line of a converted format (its lines are docling's, not the file's).
+    `fields` are the properties the document states (a Markdown file's front matter, which is not part of
+    `markdown`; a file's document properties).
     """
 
     markdown: str
@@ -51,6 +54,7 @@ class ConvertedDocument:
     title: str | None
     converter: str  # "text", "docling", "docling-native-pdf", "docling-layout-model" or "pypdfium2-fallback"
     fields: DocumentFields = field(default_factory=DocumentFields)
+    line_origins: list[int | None] = field(default_factory=list, compare=False)  # provenance, not content
 
 
 class ConversionError(InputError):
@@ -208,13 +212,16 @@ def _convert_text(path: Path, doc_type: str, limits: ConversionLimits) -> Conver
     reason = limits.text_refusal(len(text))
     if reason is not None:
         raise ConversionError(reason)
-    fields = DocumentFields()
+    fields, first_line = DocumentFields(), 1
     if doc_type == "md":
-        block, text = split_front_matter(text)
+        block, body = split_front_matter(text)
         if block is not None:
             fields = front_matter_fields(block)
+            first_line += text.replace("\r\n", "\n").count("\n") - body.count("\n")  # the front matter's lines
+        text = body
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    converted = _finish(lines, None, None, "text", strip_comments=False, find_title=doc_type == "md")
+    converted = _finish(lines, None, None, "text", strip_comments=False, find_title=doc_type == "md",
+                        first_line=first_line)
     return replace(converted, fields=fields)
 
 
@@ -248,9 +255,11 @@ def _finish(
     converter: str,
     strip_comments: bool = True,
     find_title: bool = True,
+    first_line: int | None = None,
 ) -> ConvertedDocument:
-    """Strip HTML comments and trailing whitespace, collapse blank runs, keep pages in sync."""
-    kept: list[tuple[str, int]] = []
+    """Strip HTML comments and trailing whitespace, collapse blank runs, keep pages in sync. `lines` are the
+    original file's from line `first_line` on (a text format), or a conversion's (None: no original lines)."""
+    kept: list[tuple[str, int, int | None]] = []
     for index, raw in enumerate(lines):
         line = _COMMENT.sub("", raw) if strip_comments else raw
         line = line.rstrip()
@@ -258,18 +267,20 @@ def _finish(
             continue  # the line held only a comment
         if not line and (not kept or not kept[-1][0]):
             continue  # a leading or repeated blank line
-        kept.append((line, pages[index] if pages is not None else 0))
+        kept.append((line, pages[index] if pages is not None else 0,
+                     first_line + index if first_line is not None else None))
     while kept and not kept[-1][0]:
         kept.pop()
     if not kept:
         raise ConversionError("no text could be extracted")
-    markdown = "\n".join(line for line, _ in kept)
+    markdown = "\n".join(line for line, _, _ in kept)
     return ConvertedDocument(
         markdown=markdown,
-        line_pages=[page for _, page in kept] if pages is not None else None,
+        line_pages=[page for _, page, _ in kept] if pages is not None else None,
         page_count=page_count,
         title=first_heading(markdown) if find_title else None,
         converter=converter,
+        line_origins=[origin for _, _, origin in kept],
     )
 
 

@@ -13,6 +13,7 @@ from rag_pipeline.ingest.stage import StageTotals
 from rag_pipeline.sidecar import Sidecar
 
 INDEX_STAGE, CATALOGUE_STAGE, RAW_STAGE = "vector_index", "metadata_sidecar", "raw_documents"
+PURGED_PATHS_SHOWN = 20  # the purged documents named by path (the count is always given)
 
 
 @dataclass
@@ -31,6 +32,7 @@ class IngestSummary:
     failed_shas: set[str] = field(default_factory=set)
     generation: dict[str, Any] | None = None
     seconds: float = 0.0
+    paths_before: dict[str, str] = field(default_factory=dict)  # SHA -> first path, before the ingest (to name purges)
 
     def add_run(self, run_id: str, stages: Mapping[str, StageTotals]) -> None:
         """Add one run's stage totals (asset name -> totals of that asset's stage)."""
@@ -57,7 +59,7 @@ class IngestSummary:
         """The contract: added, unchanged, moved, retagged, purged, chunks, vectors and points, embed seconds,
         seconds per stage, shards, run ids, failures and the wall time; also reindexed (documents whose points
         were rebuilt: new chunk settings or model, or a document a killed run left half-written), the synced
-        sources and the generation state."""
+        sources, the generation state and purged_paths (the first PURGED_PATHS_SHOWN purged documents' paths)."""
         by_stage = {totals.stage: totals for totals in self.stages.values()}
         raw, chunks = by_stage.get("raw"), by_stage.get("chunks")
         embeddings, index = by_stage.get("embeddings"), by_stage.get("vector_index")
@@ -79,4 +81,5 @@ class IngestSummary:
             "shards": self.shards, "sources": self.sources, "run_ids": self.run_ids,
             "stage_seconds": {asset: round(totals.seconds, 3) for asset, totals in self.stages.items()},
             "generation": self.generation, "failed": self.failed, "seconds": self.seconds,
+            "purged_paths": sorted(self.paths_before.get(sha, sha) for sha in purged)[:PURGED_PATHS_SHOWN],
         }

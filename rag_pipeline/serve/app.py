@@ -54,6 +54,7 @@ from rag_pipeline.serve.middleware.json_body import JsonBodies
 from rag_pipeline.serve.middleware.openai_errors import OpenAIErrors
 from rag_pipeline.serve.middleware.origins import SameOrigin, cors
 from rag_pipeline.serve.middleware.prometheus import Metrics, RequestMetrics
+from rag_pipeline.serve.openapi import openapi_document
 from rag_pipeline.serve.routes import conversation, documents, keys, metadata, openai_chat, ops, page, search
 from rag_pipeline.settings import Settings
 
@@ -79,6 +80,7 @@ def create_app(settings: Settings | None = None, retriever: Retriever | None = N
         lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,  # routes/ops.py serves it, behind auth
         exception_handlers=EXCEPTION_HANDLERS, middleware=middleware(settings, services.metrics),
     )
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]  # with the event streams' schemas
     app.state.services = services
     for router in (search.router(settings.top_k), metadata.router, conversation.router, documents.router, keys.router,
                    ops.router, openai_chat.router, page.router):
@@ -108,4 +110,5 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> None
     """Run the API with uvicorn until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    # log_config=None: uvicorn keeps the handlers the caller gave its loggers (the CLI's JSON lines)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning", log_config=None)

@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    RootModel,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -376,3 +377,159 @@ class HealthResponse(BaseModel):
     reranker: RerankerHealth
     semantic_cache: CacheHealth
     hyde: str
+
+
+class FieldInfo(BaseModel):
+    name: str
+    type: str
+    documents: int = Field(description="documents with a value (0 for a built-in: every document has one)")
+    origins: list[str]
+    builtin: bool
+    filterable: bool
+    synonyms: list[str]
+    enriched_by: str | None
+    description: str
+
+
+class FieldsResponse(BaseModel):
+    """GET /fields."""
+
+    fields: list[FieldInfo]
+
+
+class ChatTurn(BaseModel):
+    turn: int
+    message: str
+    answer: str
+    citations: list[dict[str, Any]] | None
+    trajectory: list[dict[str, Any]] | None
+    exit_reason: str | None
+    created_at: str
+
+
+class ChatSessionResponse(BaseModel):
+    """GET /chat/{id}: the session's turns."""
+
+    session_id: str
+    turns: list[ChatTurn]
+
+
+class ChatDeleted(BaseModel):
+    """DELETE /chat/{id}."""
+
+    session_id: str
+    deleted: bool
+
+
+# --- the server-sent events of POST /ask and POST /chat: each is `event: NAME` and `data: ONE JSON LINE` ----------
+
+class AnswerSource(BaseModel):
+    """A passage the answer may cite as [number]."""
+
+    number: int
+    path: str
+    heading: str
+    page: int | None
+    line_start: int | None
+    sha: str
+    chunk_id: str
+    score: float
+    text: str
+    paths: list[str] = Field(description="every path the document is stored under")
+
+
+class AskAnswer(BaseModel):
+    """The "done" event of POST /ask: the answer with its sources, citations and guardrail report."""
+
+    question: str
+    answer: str
+    generator: str
+    sources: list[AnswerSource]
+    citations: list[int] = Field(description="the source numbers the answer cites")
+    timings_ms: dict[str, float]
+    warnings: list[str]
+    guardrails: dict[str, Any]
+
+
+class TokenData(BaseModel):
+    text: str = Field(description="the next piece of the answer's text")
+
+
+class SessionData(BaseModel):
+    session_id: str
+
+
+class StepData(BaseModel):
+    """A tool call of the chat agent (as it starts: tool and args; a planned step also has the rest)."""
+
+    tool: str
+    args: dict[str, Any]
+    summary: str | None = None
+    ms: float | None = None
+    refused: bool | None = None
+
+
+class ObservationData(BaseModel):
+    """What a tool call returned, in one line (`error` when it was refused or failed)."""
+
+    tool: str
+    args: dict[str, Any]
+    summary: str
+    error: str | None
+    findings: list[dict[str, Any]]
+    ms: float
+
+
+class AskTokenEvent(BaseModel):
+    event: Literal["token"]
+    data: TokenData
+
+
+class AskDoneEvent(BaseModel):
+    event: Literal["done"]
+    data: AskAnswer
+
+
+class StreamErrorEvent(BaseModel):
+    """The last event of a stream that failed after it began."""
+
+    event: Literal["error"]
+    data: ErrorDetail
+
+
+class ChatSessionEvent(BaseModel):
+    event: Literal["session"]
+    data: SessionData
+
+
+class ChatStepEvent(BaseModel):
+    event: Literal["step"]
+    data: StepData
+
+
+class ChatObservationEvent(BaseModel):
+    event: Literal["observation"]
+    data: ObservationData
+
+
+class ChatTokenEvent(BaseModel):
+    event: Literal["token"]
+    data: TokenData
+
+
+class ChatDoneEvent(BaseModel):
+    event: Literal["done"]
+    data: ChatResponse
+
+
+class AskEvent(RootModel[Annotated[AskTokenEvent | AskDoneEvent | StreamErrorEvent, Field(discriminator="event")]]):
+    """One server-sent event of POST /ask: "token" events, then "done"; "error" if the stream fails midway."""
+
+
+class ChatEvent(RootModel[Annotated[ChatSessionEvent | ChatStepEvent | ChatObservationEvent | ChatTokenEvent |
+                                    ChatDoneEvent | StreamErrorEvent, Field(discriminator="event")]]):
+    """One server-sent event of POST /chat: "session", then "step" and "observation" per tool call, "token"
+    events, then "done"; "error" if the stream fails midway."""
+
+
+STREAM_MODELS = (AskEvent, ChatEvent)  # the /openapi.json components that no route names as its response_model

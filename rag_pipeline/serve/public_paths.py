@@ -25,7 +25,8 @@ from rag_pipeline.structured.query import StateCache, file_state
 
 log = logging.getLogger(__name__)
 DATA_DIR = "<data dir>"
-PATH_KEYS = frozenset({"path", "paths", "all_paths", "removed_paths", "roots"})  # keys whose values are paths
+# keys whose values are paths
+PATH_KEYS = frozenset({"path", "paths", "all_paths", "removed_paths", "purged_paths", "roots"})
 MESSAGE_KEYS = frozenset({"error", "reason"})  # keys whose values are messages (a failed document's, a refusal's)
 PATH_FILTERS = ("path", "paths", "path_prefix")  # search filters whose values are paths
 # An absolute path of two parts or more that is not part of a URL or of a shown name ("<data dir>/...").

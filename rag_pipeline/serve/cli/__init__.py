@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import warnings
+from importlib.metadata import version
 from pathlib import Path
 
 from rag_pipeline.errors import (
@@ -44,14 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="data directory (default: $RAG_DATA_DIR, else ./.rag_data)")
     common.add_argument("--json", action="store_true", help="print one JSON object on stdout; logs go to stderr")
     parser = argparse.ArgumentParser(prog="rag-pipeline", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('rag_pipeline')}")
     commands = parser.add_subparsers(dest="command", required=True)
     ingest = commands.add_parser("ingest", parents=[common],
                                  help="discover, diff by SHA and materialise the affected shards through Dagster")
-    ingest.add_argument("roots", nargs="*", help="folders of documents: the source is synced to exactly these "
-                                                 "(none: the source's configured roots; no --source either: every "
-                                                 "configured source)")
+    ingest.add_argument("roots", nargs="*", help="folders of documents, added to the source's roots (none: the "
+                                                 "source's configured roots; no --source either: every configured "
+                                                 "source)")
     ingest.add_argument("--source", default=None, metavar="NAME",
                         help="the source to sync (default with roots: `default`); see RAG_SOURCES_FILE")
+    ingest.add_argument("--replace", action="store_true",
+                        help="sync the source to exactly these roots: documents only its other roots held are purged "
+                             "(they are named in the output)")
     ingest.set_defaults(run=run_ingest)
     reindex = commands.add_parser("reindex", parents=[common],
                                   help="build the index generation the settings describe (model, chunk and sparse "
@@ -176,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="without any API key, answer requests made on this machine (loopback, no proxy) "
                             "instead of refusing to start (RAG_API_KEYLESS_LOOPBACK); never behind a reverse proxy")
     serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--allow-empty", action="store_true",
+                       help="start even when the data dir does not exist or holds no index yet (it is created; an "
+                            "index is served once an ingest, an upload or Dagster switches one on)")
     serve.set_defaults(run=run_serve)
     mcp = commands.add_parser("mcp", parents=[common],
                               help="serve the MCP tools (search, ask, query_metadata, list_fields, get_document) on "

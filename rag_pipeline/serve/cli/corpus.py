@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag_pipeline.errors import InputError
+from rag_pipeline.serve.cli.data_dir import require_data_dir
 from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.defs.ingest_runner import ingest
 
     check_roots(args.roots)
-    summary = ingest(args.roots, settings.data_dir, source=args.source, progress=True)
+    summary = ingest(args.roots, settings.data_dir, source=args.source, progress=True, add_roots=not args.replace)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -116,6 +117,7 @@ def run_sources(args: argparse.Namespace, settings: Settings) -> int:
     """Every source with its kind, roots and totals."""
     from rag_pipeline.ingest.uploads import sources_overview
 
+    require_data_dir(settings)
     overview = sources_overview(settings, with_roots=True)
     if args.json:
         print(json.dumps({"sources": overview}))
@@ -155,3 +157,7 @@ def print_ingest_summary(summary: dict[str, Any], settings: Settings) -> None:
               f"shards pending); queries use {generation.get('active') or 'nothing yet'}")
     for failure in summary["failed"]:
         print(f"  failed: {failure['path']}: {failure['error']}")
+    for path in summary["purged_paths"]:
+        print(f"  purged: {path}")
+    if summary["purged"] > len(summary["purged_paths"]):
+        print(f"  purged: ... and {summary['purged'] - len(summary['purged_paths'])} more")

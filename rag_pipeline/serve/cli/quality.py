@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rag_pipeline.errors import InputError
+from rag_pipeline.serve.cli.data_dir import require_index
 from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ def run_eval(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.evaluate.gate import previous_metrics, quality_gate
     from rag_pipeline.evaluate.index_eval import evaluate_index, format_report, headline
 
+    require_index(settings)
     report = evaluate_index(settings, args.golden, top_k=args.top_k, granularity=args.granularity,
                             with_answers=not args.no_answers)
     if args.chat:

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from rag_pipeline.errors import InputError, RagError
+from rag_pipeline.serve.cli.data_dir import require_data_dir, require_index
 from rag_pipeline.settings import Settings
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ def opened_retriever(args: argparse.Namespace, settings: Settings) -> Iterator[t
     """(the configured retriever, top_k) for `search` and `ask`; the retriever is closed on exit."""
     from rag_pipeline.components import open_retriever
 
+    require_index(settings)
     retriever = open_retriever(settings)
     try:
         yield retriever, args.top_k if args.top_k is not None else settings.top_k
@@ -72,7 +74,7 @@ def print_search(output: dict[str, Any]) -> None:
     for warning in output["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     for rank, result in enumerate(output["results"], start=1):
-        where = f"{result['path']}:{result['line_start']}" + (f" (page {result['page']})" if result["page"] else "")
+        where = cited_place(result["path"], result["line_start"], result["page"])
         print(f"{rank:>2}. {result['score']:.4f}  {where}  {result['header']}")
         for other in result["paths"][1:]:
             print(f"    also at {other}")
@@ -81,13 +83,19 @@ def print_search(output: dict[str, Any]) -> None:
     print(f"({len(output['results'])} results, {output['mode']}; ms: {timings})")
 
 
+def cited_place(path: str, line: int | None, page: int | None) -> str:
+    """PATH:LINE (page N): the line in the original file when it has one (a converted format: pages only)."""
+    return path + (f":{line}" if line else "") + (f" (page {page})" if page else "")
+
+
 def print_sources(answer: Any) -> None:
     print()
     for warning in answer.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for source in answer.sources:
         page = f", page {source.page}" if source.page else ""
-        print(f"[{source.number}] {source.path}:{source.line_start}{page}  {source.heading}")
+        line = f":{source.line_start}" if source.line_start else ""
+        print(f"[{source.number}] {source.path}{line}{page}  {source.heading}")
         for other in source.paths[1:]:
             print(f"    also at {other}")
 
@@ -120,6 +128,7 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.sidecar import Sidecar
     from rag_pipeline.structured.query import QueryRunner
 
+    require_index(settings)
     result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(query_body(args))
     if result.withheld:
         from rag_pipeline.structured.withheld import withheld_warning
@@ -146,6 +155,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.llm import build_llm
     from rag_pipeline.sidecar import ChatStore, Sidecar
 
+    require_index(settings)
     retriever = components.open_retriever(settings)
     try:
         service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
@@ -220,6 +230,7 @@ def run_fields(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.sidecar import Sidecar
     from rag_pipeline.structured.query import load_registry
 
+    require_index(settings)
     registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_path)).values()]
     if args.json:
         print(json.dumps({"fields": registry}))
@@ -235,6 +246,7 @@ def run_inspect(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.serve.inspect import cell_text, format_rows, inspect
     from rag_pipeline.structured.withheld import WITHHELD, withheld_warning
 
+    require_data_dir(settings)
     rows, title = inspect(settings, args)
     withheld = sum(WITHHELD in cell_text(row["value"]) for row in rows) if args.view == "fields" else 0
     if withheld:

@@ -16,7 +16,8 @@ from rag_pipeline.llm import build_llm
 from rag_pipeline.serve.auth import KEY_IDENTITY_STATE
 from rag_pipeline.serve.dependencies import Reader, Services, ServicesDep
 from rag_pipeline.serve.http_errors import ERROR_RESPONSES, http_status
-from rag_pipeline.serve.models import ChatRequest
+from rag_pipeline.serve.models import ChatDeleted, ChatRequest, ChatSessionResponse
+from rag_pipeline.serve.openapi import event_stream_content
 from rag_pipeline.serve.sse import INTERNAL_ERROR, event_stream
 
 router = APIRouter()
@@ -40,10 +41,10 @@ def stream_failure(error: Exception) -> dict[str, str]:
 
 
 @router.post("/chat", responses={
-    200: {"content": {"text/event-stream": {}, "application/json": {
+    200: {"content": {**event_stream_content("ChatEvent"), "application/json": {
         "schema": {"$ref": "#/components/schemas/ChatResponse"}}},
-          "description": 'server-sent events "session", "step" (a tool call), "observation" (its summary), '
-                         '"token" (answer text), then "done" (the ChatResponse object); with Accept: '
+          "description": 'server-sent events (ChatEvent) "session", "step" (a tool call), "observation" (its '
+                         'summary), "token" (answer text), then "done" (the ChatResponse object); with Accept: '
                          'application/json the ChatResponse only'},
     **ERROR_RESPONSES})
 async def chat(body: ChatRequest, request: Request, scope: Reader, services: ServicesDep) -> Response:
@@ -64,7 +65,7 @@ async def chat(body: ChatRequest, request: Request, scope: Reader, services: Ser
     return event_stream(itertools.chain([first], events), "chat", failure)  # each event as it happens
 
 
-@router.get("/chat/{session_id}", responses=ERROR_RESPONSES)
+@router.get("/chat/{session_id}", response_model=ChatSessionResponse, responses=ERROR_RESPONSES)
 async def chat_session(session_id: str, request: Request, _: Reader, services: ServicesDep) -> Response:
     """The session's turns: message, answer, citations, trajectory (the key that created it only)."""
     turns = await run_in_threadpool(services.chat_memory.turns, session_id, owner(request))
@@ -76,7 +77,7 @@ async def chat_session(session_id: str, request: Request, _: Reader, services: S
         for turn in turns]}))
 
 
-@router.delete("/chat/{session_id}", responses=ERROR_RESPONSES)
+@router.delete("/chat/{session_id}", response_model=ChatDeleted, responses=ERROR_RESPONSES)
 async def delete_chat_session(session_id: str, request: Request, _: Reader, services: ServicesDep) -> Response:
     """Delete the session and its turns (the key that created it only)."""
     await run_in_threadpool(services.chat_memory.delete, session_id, owner(request))

@@ -8,7 +8,7 @@ from starlette.responses import JSONResponse, Response
 
 from rag_pipeline.serve.dependencies import Reader, ServicesDep
 from rag_pipeline.serve.http_errors import ERROR_RESPONSES
-from rag_pipeline.serve.models import QueryRequest, QueryResponse
+from rag_pipeline.serve.models import FieldsResponse, QueryRequest, QueryResponse
 from rag_pipeline.structured.query import load_registry
 
 router = APIRouter()
@@ -25,7 +25,7 @@ async def query(body: QueryRequest, scope: Reader, services: ServicesDep) -> Res
     return JSONResponse(paths.json(result.to_json()))
 
 
-@router.get("/fields", responses=ERROR_RESPONSES)
+@router.get("/fields", response_model=FieldsResponse, responses=ERROR_RESPONSES)
 async def fields(scope: Reader, services: ServicesDep) -> Response:
     """The fields /query accepts and their types, counts and origins over the documents the key may see
     (declared filterable ones filter /search)."""

@@ -22,6 +22,7 @@ from rag_pipeline.serve import models
 from rag_pipeline.serve.dependencies import Reader, ServicesDep
 from rag_pipeline.serve.http_errors import ERROR_RESPONSES
 from rag_pipeline.serve.models import AskRequest, SearchRequest, SearchResponse
+from rag_pipeline.serve.openapi import event_stream_content
 from rag_pipeline.serve.sse import Event, event_stream
 
 
@@ -45,9 +46,9 @@ def router(default_top_k: int) -> APIRouter:
         return JSONResponse(shown)
 
     @routes.post("/ask", response_class=StreamingResponse, responses={
-        200: {"content": {"text/event-stream": {}},
-              "description": 'server-sent events: "token" ({"text"}) events, then "done" (the answer with its '
-                             'sources, citations and guardrail report); "error" if the stream fails midway'},
+        200: {"content": event_stream_content("AskEvent"),
+              "description": 'server-sent events (AskEvent): "token" ({"text"}) events, then "done" (the answer with '
+                             'its sources, citations and guardrail report); "error" if the stream fails midway'},
         **ERROR_RESPONSES})
     async def ask(body: AskBody, scope: Reader, services: ServicesDep) -> Response:
         """The answer to the question, streamed as it is written, grounded in the retrieved chunks."""
