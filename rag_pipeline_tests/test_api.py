@@ -32,6 +32,7 @@ from rag_pipeline.serve.ingest_jobs import IngestJob
 from rag_pipeline.serve.middleware.json_body import JsonNesting
 from rag_pipeline.serve.models import MAX_API_TOP_K, HealthResponse, IngestJobResponse, SearchResponse
 from rag_pipeline.settings import Settings
+from rag_pipeline.structured.operations import NAMES
 from rag_pipeline_tests.fake_ollama import FakeOllama
 
 from .conftest import REPO
@@ -371,7 +372,7 @@ def test_openapi_documents_the_bodies(api: str) -> None:
     assert all(key in search["filters"]["description"] for key in FILTER_KEYS)
     query = schemas["QueryRequest"]
     assert query["additionalProperties"] is False and query["required"] == ["op"]
-    assert query["properties"]["op"]["enum"] == ["count", "list", "distinct", "group_by", "top_n", "lookup"]
+    assert query["properties"]["op"]["enum"] == list(NAMES)  # structured/operations.py, the one definition
     assert set(schemas["AskRequest"]["properties"]) == {"question", "top_k", "filters"}
     assert schemas["IngestRequest"]["properties"] == {}  # no paths from a client
     assert doc["paths"]["/search"]["post"]["responses"]["200"]["content"]["application/json"]["schema"] == {

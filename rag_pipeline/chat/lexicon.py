@@ -119,7 +119,7 @@ RELATION_WORDS = frozenset(("in", "of", "on", "at", "from", "through", "thru", "
                             "named", "whose", "where", "towards", "to", "among", "amongst", "during", "behind",
                             "belonging", "about", "regarding", "concerning", "per"))
 # How questions name the built-in fields worth asking about.
-BUILTIN_PHRASES = {"type": ("file type", "document type", "format", "file format"), "folder": ("folder", "directory"),
+BUILTIN_PHRASES = {"type": ("type", "doc type", "file type", "document type", "format", "file format"), "folder": ("folder", "directory"),
                    "tags": ("tag",), "source": ("source",)}
 # Verbs that carry no condition of their own in "which years do the projects span" (general English).
 EMPTY_VERBS = frozenset(("span", "spans", "cover", "covers", "covered", "appear", "appears", "appearing", "use",

@@ -142,6 +142,8 @@ class Reader:
         for name in self.profile.readable_subjects if readable else self.profile.subjects:
             if name in present and present[name] >= 0.9 * most:
                 return name
+        if "name" in present:  # no field names them all: their file names do
+            return "name"
         raise Unmapped(f"no field names the {klass or 'documents'}")
 
     def fields_of(self, klass: str | None, kinds: tuple[str, ...] = ("string", "number", "date", "list")) -> list[str]:

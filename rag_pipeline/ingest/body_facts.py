@@ -192,8 +192,9 @@ def add(facts: DocumentFields, key: str, raw: str) -> None:
     number field of its own."""
     raw = raw.strip().strip("*").strip()
     name = field_name(key)
-    if name is None or not raw or len(raw) > MAX_VALUE_CHARS or name in facts.values:
-        return
+    if name is None or not raw or len(raw) > MAX_VALUE_CHARS or name in facts.values or not fact_key(key) \
+            or (len(raw.split()) > MAX_ITEM_WORDS and _SENTENCE.search(raw)):
+        return  # "Figure 1: ...", "Q: ...", "WordStar (1978): it was the first ...": prose, not a fact
     measure = _TRAILING_MEASURE.match(raw)
     if measure and measure.group(3).lower() in UNIT_SLUGS:
         number_name = field_name(f"{key} {UNIT_SLUGS[measure.group(3).lower()]}")
@@ -218,6 +219,11 @@ def add(facts: DocumentFields, key: str, raw: str) -> None:
         return
     if value is not None:
         facts.values[name] = value
+
+
+def fact_key(key: str) -> bool:
+    """Whether a key reads as a field's name: words of two letters or more, no digits or parentheses."""
+    return len(key.strip()) >= 2 and not re.search(r"[\d()]", key)
 
 
 def add_list(facts: DocumentFields, heading: str, items: list[str]) -> None:

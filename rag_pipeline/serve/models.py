@@ -127,12 +127,14 @@ class ChatResponse(BaseModel):
     session_id: str
     citations: list[dict[str, Any]] = Field(description="passages [n] and documents a metadata result counted [Dn]")
     trajectory: list[dict[str, Any]] = Field(description="each tool call: tool, args, summary, ms, refused")
-    exit_reason: Literal["answered", "cap_reached", "fallback", "planned"]
+    exit_reason: Literal["answered", "cap_reached", "fallback", "planned", "cannot_answer"]
     llm_calls: int
     tokens: dict[str, int]
     timings_ms: dict[str, float]
     question: str
     guardrails: dict[str, Any]
+    exact: dict[str, Any] | None = Field(description="the exact answer of the last metadata result (op, operation, "
+                                                     "answer), or null")
 
 
 class QueryResponse(BaseModel):

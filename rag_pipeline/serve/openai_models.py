@@ -98,3 +98,27 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[Choice]
     usage: Usage
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    citations: list[dict[str, Any]] | None = Field(default=None, description="extension: on the delta that carries "
+                                                                              "the sources list")
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: ChunkDelta
+    finish_reason: Literal["stop"] | None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One `data:` event of POST /v1/chat/completions with stream (the stream ends with `data: [DONE]`)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice] = Field(description="empty on the usage chunk (stream_options.include_usage)")
+    usage: Usage | None = None

@@ -1,5 +1,5 @@
 """GET /openapi.json's document: FastAPI's, generated from the routes and their models, plus the schemas of the
-server-sent events of POST /ask and POST /chat (their routes name them in `responses`; no route returns them as a
+server-sent events of POST /ask, POST /chat and POST /v1/chat/completions (their routes name them in `responses`; no route returns them as a
 response_model, so FastAPI would leave them out)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
 from rag_pipeline.serve.models import STREAM_MODELS
+from rag_pipeline.serve.openai_models import ChatCompletionChunk
 
 COMPONENT = "#/components/schemas/{model}"
 
@@ -19,7 +20,7 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     """The app's OpenAPI document (built once)."""
     if app.openapi_schema is None:
         document = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
-        _, streams = models_json_schema([(model, "serialization") for model in STREAM_MODELS], ref_template=COMPONENT)
+        _, streams = models_json_schema([(model, "serialization") for model in (*STREAM_MODELS, ChatCompletionChunk)], ref_template=COMPONENT)
         schemas = document.setdefault("components", {}).setdefault("schemas", {})
         schemas.update({name: schema for name, schema in streams["$defs"].items() if name not in schemas})
         app.openapi_schema = document

@@ -28,6 +28,7 @@ from rag_pipeline.errors import InputError, NotFound
 from rag_pipeline.serve.dependencies import Reader, ServicesDep
 from rag_pipeline.serve.http_errors import ERROR_RESPONSES
 from rag_pipeline.serve.openai_models import MODEL_ID, ChatCompletion, ChatCompletionRequest, ChatMessage, ModelList
+from rag_pipeline.serve.openapi import event_stream_content
 from rag_pipeline.serve.routes.conversation import chat_service, stream_failure
 from rag_pipeline.serve.sse import NO_BUFFERING
 
@@ -44,7 +45,7 @@ async def models(_: Reader) -> Response:
 
 
 @router.post("/chat/completions", response_model=ChatCompletion, responses={
-    200: {"content": {"text/event-stream": {}},
+    200: {"content": event_stream_content("ChatCompletionChunk"),
           "description": "without stream: the chat.completion; with stream: `data: {chat.completion.chunk}` events "
                          "(the delta carrying the sources also carries `citations`), then `data: [DONE]`"},
     **ERROR_RESPONSES})
