@@ -10,6 +10,9 @@ one run mean anything on a shared machine; the load average is printed with each
 
     .venv/bin/python bench/bench_peer.py [--dataset DIR] [--split test] [--work DIR] [--limit N]
         [--peer-python PATH] [--skip-peer --peer-result JSON] [--json PATH]
+
+--limit N writes a smaller BEIR dataset (the first N documents, the split's queries that judge one of them) that
+both sides run on, for a quick same-run ratio on a busy machine.
 """
 
 from __future__ import annotations
@@ -87,11 +90,31 @@ def piece_shares(settings: Settings) -> dict[str, Any]:
                        "special": totals["special"] / processed, "padding": totals["padding"] / processed}}
 
 
-def run_ours(dataset_dir: Path, split: str, work: Path, limit: int | None) -> dict[str, Any]:
+def subset(dataset_dir: Path, split: str, limit: int, target: Path) -> Path:
+    """A BEIR dataset of the first `limit` documents and the queries of `split` that judge one of them."""
+    (target / "qrels").mkdir(parents=True, exist_ok=True)
+    kept = []
+    with (dataset_dir / "corpus.jsonl").open() as source, (target / "corpus.jsonl").open("w") as corpus:
+        for line in source:
+            if len(kept) >= limit:
+                break
+            kept.append(json.loads(line)["_id"])
+            corpus.write(line)
+    kept_ids = set(kept)
+    lines = (dataset_dir / "qrels" / f"{split}.tsv").read_text().splitlines()
+    judged = [line for line in lines[1:] if line.split("\t")[1] in kept_ids]
+    (target / "qrels" / f"{split}.tsv").write_text("\n".join([lines[0], *judged]) + "\n")
+    asked = {line.split("\t")[0] for line in judged}
+    with (dataset_dir / "queries.jsonl").open() as source, (target / "queries.jsonl").open("w") as queries:
+        queries.writelines(line for line in source if json.loads(line)["_id"] in asked)
+    return target
+
+
+def run_ours(dataset_dir: Path, split: str, work: Path) -> dict[str, Any]:
     dataset = load_beir(dataset_dir, split)
     corpus, data_dir = work / "corpus", work / "data"
     shutil.rmtree(data_dir, ignore_errors=True)
-    documents = write_corpus(dataset, corpus, limit)
+    documents = write_corpus(dataset, corpus)
     loads = [load()]
     started = time.perf_counter()
     summary = ingest([corpus], data_dir, progress=True)
@@ -141,7 +164,7 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path, default=DATASET, help=f"BEIR SciFact directory (default: {DATASET})")
     parser.add_argument("--split", default="test")
     parser.add_argument("--work", type=Path, default=None, help="work directory (default: a temporary one)")
-    parser.add_argument("--limit", type=int, default=None, help="first N documents only (rag_pipeline's side)")
+    parser.add_argument("--limit", type=int, default=None, help="both sides on the first N documents only")
     parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON, help="the peer virtualenv's python")
     parser.add_argument("--skip-peer", action="store_true", help="do not run the peer (needs --peer-result)")
     parser.add_argument("--peer-result", type=Path, default=None, help="a stored result JSON of the peer's script")
@@ -152,7 +175,8 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_peer_"))
     work.mkdir(parents=True, exist_ok=True)
 
-    ours = run_ours(args.dataset, args.split, work, args.limit)
+    dataset = args.dataset if args.limit is None else subset(args.dataset, args.split, args.limit, work / "dataset")
+    ours = run_ours(dataset, args.split, work)
     print(f"rag_pipeline  ingest {ours['ingest_wall_s']:.1f} s ({ours['chunks']} chunks, embedding "
           f"{ours['embed_s']:.1f} s, {ours['chunks_per_s_embed']:.1f} chunks/s), no-change re-ingest "
           f"{ours['no_change_reingest_s']:.2f} s; load {' -> '.join(ours['load_average'])}")
@@ -165,7 +189,7 @@ def main() -> None:
         peer = json.loads(args.peer_result.read_text())
         print(f"peer result reused from {args.peer_result}")
     else:
-        peer = run_peer(args.peer_python, args.dataset, work / "peer_result.json")
+        peer = run_peer(args.peer_python, dataset, work / "peer_result.json")
         print(f"peer          ingest {peer['ingest']['ingest_wall_s']:.1f} s ({peer['ingest']['chunks']} chunks); "
               f"load {' -> '.join(peer['load_average'])}")
     found = ratios(ours, peer)

@@ -80,14 +80,12 @@ def corpus_records(dataset: BeirDataset) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
 
 
-def write_corpus(dataset: BeirDataset, target: Path, limit: int | None = None) -> int:
-    """One "<id>.txt" per document (title, a blank line, the text), the first `limit` only when given; unchanged
-    files are not rewritten, so a second run re-ingests nothing."""
+def write_corpus(dataset: BeirDataset, target: Path) -> int:
+    """One "<id>.txt" per document (title, a blank line, the text); unchanged files are not rewritten, so a
+    second run re-ingests nothing."""
     target.mkdir(parents=True, exist_ok=True)
     count = 0
     for record in corpus_records(dataset):
-        if limit is not None and count >= limit:
-            break
         path = target / f"{record['_id']}.txt"
         content = f"{record.get('title', '')}\n\n{record['text']}\n"
         if not path.is_file() or path.read_text() != content:
