@@ -156,7 +156,7 @@ class Settings(BaseSettings):
     # (client-side alpha·dense + (1 − alpha)·BM25, for comparison). Each leg fetches top_k × prefetch_multiplier.
     retrieval_mode: Literal["hybrid", "dense", "sparse", "blend"] = "hybrid"
     # fusion of the hybrid legs: dbsf (Qdrant's distribution-based score fusion) or rrf. SciFact train, token chunks,
-    # int8 (`rag-pipeline beir --modes hybrid,hybrid-dbsf`): nDCG@10 DBSF 0.734, RRF 0.720; test, once: 0.725, 0.714.
+    # int8 (`rag-pipeline beir --modes hybrid-rrf,hybrid-dbsf`): nDCG@10 DBSF 0.734, RRF 0.720; test, once: 0.725, 0.714.
     # Fused scores decide nothing downstream by default (score_threshold and coverage_margin are off).
     fusion: Literal["rrf", "dbsf"] = "dbsf"
     rrf_k: int = 60

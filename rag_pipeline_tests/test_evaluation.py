@@ -15,7 +15,7 @@ from rag_pipeline.components import load_settings
 from rag_pipeline.defs.evaluation import eval_quality_gate, eval_report, eval_schedule, golden_set
 from rag_pipeline.defs.resources import RetrievalResource
 from rag_pipeline.evaluate.answers import citation_scores, contains, exact_match, normalise, token_f1
-from rag_pipeline.evaluate.beir import load_beir
+from rag_pipeline.evaluate.beir import BEIR_MODES, load_beir
 from rag_pipeline.evaluate.gate import quality_gate
 from rag_pipeline.evaluate.golden import GoldenSetError, load_golden, matches
 from rag_pipeline.evaluate.index_eval import evaluate_index
@@ -274,3 +274,14 @@ def test_beir_command(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
         assert report["modes"][mode]["metrics"]["ndcg@10"] == pytest.approx(1.0)
         assert report["modes"][mode]["metrics"]["recall@100"] == 1.0
     assert (tmp_path / "data" / "beir" / "tiny" / "data" / "sidecar.duckdb").is_file()
+
+
+def test_beir_hybrid_mode_is_the_configured_fusion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`beir --modes hybrid` scores the deployment's fusion; hybrid-rrf and hybrid-dbsf name one fusion each."""
+    for configured in ("rrf", "dbsf"):
+        monkeypatch.setenv("RAG_FUSION", configured)
+        settings = Settings(data_dir=tmp_path)
+        assert settings.model_copy(update=BEIR_MODES["hybrid"]).fusion == configured
+        assert settings.model_copy(update=BEIR_MODES["hybrid-rrf"]).fusion == "rrf"
+        assert settings.model_copy(update=BEIR_MODES["hybrid-dbsf"]).fusion == "dbsf"
+    assert Settings(data_dir=tmp_path).model_copy(update=BEIR_MODES["hybrid"]).retrieval_mode == "hybrid"

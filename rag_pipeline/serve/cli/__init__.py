@@ -155,9 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                                help="ingest a BEIR dataset into its own data dir and score every retrieval mode")
     beir.add_argument("dataset_dir")
     beir.add_argument("--split", default="test")
-    beir.add_argument("--modes", default="dense,sparse,hybrid,hybrid-dbsf,blend",
-                      help="comma-separated: dense, sparse, hybrid, hybrid-dbsf, blend (hybrid-rerank is added when "
-                           "RAG_RERANK_MODEL_PATH is set)")
+    beir.add_argument("--modes", default="dense,sparse,hybrid,hybrid-rrf,hybrid-dbsf,blend",
+                      help="comma-separated: dense, sparse, hybrid (the configured RAG_FUSION), hybrid-rrf, "
+                           "hybrid-dbsf, blend (hybrid-rerank is added when RAG_RERANK_MODEL_PATH is set)")
     beir.add_argument("--depth", type=int, default=300, help="chunks retrieved per query")
     beir.set_defaults(run=run_beir)
     guard = commands.add_parser("guard-eval", parents=[common],

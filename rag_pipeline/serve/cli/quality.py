@@ -42,7 +42,7 @@ def run_beir(args: argparse.Namespace, settings: Settings) -> int:
     (its own collection and sidecar), then score each retrieval mode on the split's queries."""
     from rag_pipeline.components import load_settings, open_retriever
     from rag_pipeline.defs.ingest_runner import ingest
-    from rag_pipeline.evaluate.beir import evaluate_modes, format_table, load_beir, write_corpus
+    from rag_pipeline.evaluate.beir import BEIR_MODES, evaluate_modes, format_table, load_beir, write_corpus
 
     try:
         dataset = load_beir(args.dataset_dir, args.split)
@@ -52,10 +52,7 @@ def run_beir(args: argparse.Namespace, settings: Settings) -> int:
     documents = write_corpus(dataset, work / "corpus")
     summary = ingest([work / "corpus"], work / "data", progress=not args.json)
     settings = load_settings(data_dir=work / "data", semantic_cache=False)  # the dataset's own deployment
-    variants = {"dense": {"retrieval_mode": "dense"}, "sparse": {"retrieval_mode": "sparse"},
-                "hybrid": {"retrieval_mode": "hybrid", "fusion": "rrf"},
-                "hybrid-dbsf": {"retrieval_mode": "hybrid", "fusion": "dbsf", "fusion_weights": None},
-                "blend": {"retrieval_mode": "blend"}}
+    variants = dict(BEIR_MODES)
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     unknown = [mode for mode in modes if mode not in variants]
     if unknown:
