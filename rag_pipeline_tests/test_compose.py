@@ -321,7 +321,7 @@ def test_dagster_instance_uses_postgres_and_the_repo_concurrency(tmp_path, compo
 
     repo_config = yaml.safe_load((REPO / "dagster.yaml").read_text())
     assert config["concurrency"] == repo_config["concurrency"]
-    assert config["concurrency"]["pools"] == {"granularity": "run", "default_limit": 1}
+    assert config["concurrency"]["pools"] == {"granularity": "op", "default_limit": 1}
     assert config["concurrency"]["runs"]["max_concurrent_runs"] == 4
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
     assert config["run_launcher"]["class"] == "DefaultRunLauncher"
