@@ -263,6 +263,10 @@ class Settings(BaseSettings):
     # Where artifacts and the embedding cache live (default: the data dir): a filesystem path every worker reaches
     # (NFS, EFS, a ReadWriteMany volume) when workers run on several machines.
     shared_dir: Path | None = None
+    # The executor of ingest_job in a Dagster deployment (defs/jobs.py): "multiprocess" (Dagster's default: the
+    # steps of a run are processes of its run worker) or "celery" (dagster-celery: every step is a task that any
+    # `worker` container takes from the broker, DAGSTER_CELERY_BROKER_HOST; docker-compose.yml's worker service).
+    dagster_executor: Literal["multiprocess", "celery"] = "multiprocess"
 
     @field_validator("fusion_weights", mode="before")
     @classmethod

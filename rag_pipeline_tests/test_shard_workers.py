@@ -7,6 +7,8 @@ from __future__ import annotations
 import multiprocessing.forkserver
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -101,3 +103,13 @@ def test_a_worker_killed_mid_range_loses_nothing(tmp_path: Path, sequential: tup
     assert summary["points_upserted"] == sequential[0]["points_upserted"]  # the index is written once, here
     assert texts(assert_index_agrees(data_dir)) == texts(sequential[1])
     assert all(row["status"] == "ok" for row in assert_honest_state(data_dir).values())
+
+
+@pytest.mark.parametrize(("qdrant_url", "index_pool"), [("", "rag_store_writer"), ("http://qdrant:6333", "None")])
+def test_only_serialised_writes_hold_the_writer_pool(qdrant_url: str, index_pool: str) -> None:
+    """The per-document steps hold no pool; vector_index holds it with the embedded store only (a Qdrant server
+    takes parallel upserts). Definitions are made once per process: a subprocess with the setting."""
+    code = ("import rag_pipeline.defs.assets as a; print(*[asset.op.pool for asset in a.INGEST_ASSETS])")
+    env = {**os.environ, "RAG_QDRANT_URL": qdrant_url}
+    output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert output.split() == ["rag_store_writer", "None", "None", "None", "None", index_pool, "rag_store_writer"]
