@@ -4,8 +4,10 @@ nothing (the range runs again), leaves no duplicate or orphan point and the summ
 
 from __future__ import annotations
 
+import json
 import multiprocessing.forkserver
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.partitions import shard_ranges
 from rag_pipeline.ingest.stage import stores
 
+from .conftest import REPO
 from .test_crash_state import DOCUMENTS, assert_honest_state, files, texts
 from .test_index_sync import assert_index_agrees, scifact_files
 
@@ -113,3 +116,35 @@ def test_only_serialised_writes_hold_the_writer_pool(qdrant_url: str, index_pool
     env = {**os.environ, "RAG_QDRANT_URL": qdrant_url}
     output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert output.split() == ["rag_store_writer", "None", "None", "None", "None", index_pool, "rag_store_writer"]
+
+
+def test_a_killed_ingest_leaves_no_pool_slot_claimed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With runs recorded in $DAGSTER_HOME (SQLite, the repo's dagster.yaml: pools at op granularity) an ingest
+    killed while a writer step holds the rag_store_writer slot would leave it claimed, and every later ingest's
+    writer steps would wait for it forever; the next ingest fails the killed runs and frees their slots."""
+    import dagster as dg
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    root, data_dir = scifact_files(tmp_path / "scifact", 20), tmp_path / "data"
+    command = [sys.executable, "-m", "rag_pipeline", "ingest", str(root), "--json", "--data-dir", str(data_dir)]
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with dg.DagsterInstance.get() as instance:
+        process = subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            if instance.event_log_storage.get_concurrency_info("rag_store_writer").claimed_slots:
+                os.killpg(process.pid, signal.SIGKILL)
+                break
+            time.sleep(0.005)
+        process.wait()
+        assert process.returncode == -signal.SIGKILL, "the ingest ended before a writer step held the pool"
+        (claimed,) = instance.event_log_storage.get_concurrency_info("rag_store_writer").claimed_slots
+        finished = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
+        assert finished.returncode == 0, finished.stderr[-2000:]
+        assert json.loads(finished.stdout)["failed"] == []
+        assert not instance.event_log_storage.get_concurrency_info("rag_store_writer").claimed_slots
+        assert instance.get_run_by_id(claimed.run_id).status == dg.DagsterRunStatus.FAILURE

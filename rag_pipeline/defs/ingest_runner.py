@@ -28,7 +28,15 @@ from rag_pipeline.defs.assets import (
     vector_index,
 )
 from rag_pipeline.defs.field_assets import document_enrichment, roster
-from rag_pipeline.defs.local_runs import QUIET_LOGS, dagster_instance, materialize_stages, run_failure, stage_totals
+from rag_pipeline.defs.local_runs import (
+    DATA_DIR_TAG,
+    QUIET_LOGS,
+    dagster_instance,
+    materialize_stages,
+    release_killed_runs,
+    run_failure,
+    stage_totals,
+)
 from rag_pipeline.defs.partitions import shard_runs
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.defs.shard_workers import run_in_workers
@@ -117,6 +125,7 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     generations = rag.generations()
     target = generations.target()
     with dagster_instance() as instance:
+        release_killed_runs(instance, settings.data_dir)
         for run in shard_runs(shards):
             if settings.ingest_workers > 1 and len(run) > 1:
                 parallel_run(rag, run, instance, summary)
@@ -125,7 +134,8 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
         if shards or generations.active_id() != target.id or stale_fields(settings, sidecar):
             after = [document_enrichment, roster, index_generation, corpus_summary]
             result = dg.materialize([*after, *INGEST_ASSETS], selection=after, resources={"rag": rag},
-                                    instance=instance, run_config=QUIET_LOGS)
+                                    instance=instance, run_config=QUIET_LOGS,
+                                    tags={DATA_DIR_TAG: str(settings.data_dir.resolve())})
             event = result.asset_materializations_for_node("index_generation")[0]
             summary.generation = event.metadata[GENERATION].value
     if summary.generation is None:

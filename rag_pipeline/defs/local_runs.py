@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 
@@ -16,6 +17,9 @@ from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.ingest.stage import StageTotals
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+DATA_DIR_TAG = "rag/in_process_ingest"  # the data dir of the in-process ingest a run belongs to
+UNFINISHED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+              dg.DagsterRunStatus.CANCELING]
 
 
 @contextmanager
@@ -32,8 +36,23 @@ def dagster_instance() -> Iterator[dg.DagsterInstance]:
 def materialize_stages(rag: RagResource, stages: Sequence[dg.AssetsDefinition], shards: Sequence[str],
                        instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
     """One run of the given ingest assets over the key range of `shards` (no error raised: see run_failure)."""
+    tags = {**shard_run_tags(shards), DATA_DIR_TAG: str(rag.settings.data_dir.resolve())}
     return dg.materialize(INGEST_ASSETS, selection=list(stages), resources={"rag": rag}, instance=instance,
-                          tags=shard_run_tags(shards), run_config=QUIET_LOGS, raise_on_error=False)
+                          tags=tags, run_config=QUIET_LOGS, raise_on_error=False)
+
+
+def release_killed_runs(instance: dg.DagsterInstance, data_dir: Path) -> list[str]:
+    """Fail the unfinished runs of an earlier in-process ingest of `data_dir` and free the pool slots they claim.
+
+    Called under the data dir's ingest lock, when no other in-process ingest of it runs: such a run's process was
+    killed (kill -9, OOM) before Dagster could end it, and with the pool at op granularity the writer steps of every
+    later ingest would wait for its slot forever. Returns the run ids."""
+    runs = instance.get_runs(dg.RunsFilter(statuses=UNFINISHED, tags={DATA_DIR_TAG: str(data_dir.resolve())}))
+    for run in runs:
+        if instance.event_log_storage.supports_global_concurrency_limits:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        instance.report_run_failed(run, "its in-process ingest was killed; released by the next ingest")
+    return [run.run_id for run in runs]
 
 
 def stage_totals(result: dg.ExecuteInProcessResult) -> dict[str, StageTotals]:
