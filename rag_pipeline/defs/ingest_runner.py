@@ -39,7 +39,7 @@ from rag_pipeline.defs.local_runs import (
 )
 from rag_pipeline.defs.partitions import shard_runs
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.shard_workers import run_in_workers
+from rag_pipeline.defs.shard_workers import ShardWorkers
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.membership import forget_source
@@ -153,15 +153,16 @@ def add_run(summary: IngestSummary, result: dg.ExecuteInProcessResult) -> None:
 
 
 def parallel_run(rag: RagResource, shards: list[str], instance: dg.DagsterInstance, summary: IngestSummary) -> None:
-    """The stages of `shards` with the per-document ones in RAG_INGEST_WORKERS shard workers: raw_documents here,
-    then the workers' runs at once, then vector_index and metadata_sidecar here (the writes that must be
-    serialised)."""
-    add_run(summary, materialize_stages(rag, [raw_documents], shards, instance))
-    failures = []
-    for worker_run in run_in_workers(rag, shards, rag.settings.ingest_workers):
-        summary.add_run(worker_run.run_id, worker_run.stage_totals())
-        if worker_run.failure:
-            failures.append(worker_run.failure)
+    """The stages of `shards` with the per-document ones in RAG_INGEST_WORKERS shard workers: raw_documents here
+    (while the workers start), then the workers' runs at once, then vector_index and metadata_sidecar here (the
+    writes that must be serialised)."""
+    with ShardWorkers(rag, rag.settings.ingest_workers) as workers:
+        add_run(summary, materialize_stages(rag, [raw_documents], shards, instance))
+        failures = []
+        for worker_run in workers.run(shards):
+            summary.add_run(worker_run.run_id, worker_run.stage_totals())
+            if worker_run.failure:
+                failures.append(worker_run.failure)
     if failures:
         raise IngestFailed("; ".join(failures))
     add_run(summary, materialize_stages(rag, [vector_index, metadata_sidecar], shards, instance))

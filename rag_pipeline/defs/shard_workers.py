@@ -7,8 +7,9 @@ and its documents' rows in the sidecar (short transactions, retried while anothe
 stages that must be serialised (raw_documents: discovery and purges; vector_index: the embedded store's single
 writer; metadata_sidecar) run in the ingest process before and after the workers.
 
-A worker killed in the middle of a range breaks the pool: every range not finished runs again in new workers,
-once (each stage is idempotent: it does exactly the work still missing).
+The workers start (and load the embedding model) as soon as the pool is made, while the ingest process runs
+raw_documents. A worker killed in the middle of a range breaks the pool: every range not finished runs again in new
+workers, once (each stage is idempotent: it does exactly the work still missing).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from multiprocessing.sharedctypes import Synchronized
 
 from rag_pipeline.defs.assets import chunks, embeddings, markdown_documents, redacted_documents
 from rag_pipeline.defs.local_runs import dagster_instance, materialize_stages, run_failure, stage_totals
@@ -35,18 +37,6 @@ ENVIRONMENT_PREFIXES = ("RAG_", "DAGSTER_")  # the settings a worker must see as
 
 
 @dataclass(frozen=True)
-class RangeJob:
-    """One worker's run: the resource's fields, the shards (a contiguous key range), the core to pin to, and the
-    RAG_* and DAGSTER_* variables of the ingest process (a forkserver's children inherit its start-up
-    environment, not the current one)."""
-
-    resource: dict[str, object]
-    shards: list[str]
-    cpu: int
-    environment: dict[str, str]
-
-
-@dataclass(frozen=True)
 class RangeRun:
     """What a worker's run did: its run id, the stage totals (asset name -> StageTotals JSON), and why it failed."""
 
@@ -59,41 +49,83 @@ class RangeRun:
         return {name: StageTotals.from_json(value) for name, value in self.totals.items()}
 
 
-def run_range(job: RangeJob) -> RangeRun:
-    """In a worker: pin to the job's core, then run the per-document stages over the job's shards."""
+def start_worker(next_core: Synchronized, cores: list[int], environment: dict[str, str],
+                 resource: dict[str, object]) -> None:
+    """A worker's start: pin to the next of the ingest's cores, take the ingest's RAG_* and DAGSTER_* variables (a
+    forkserver's children inherit its start-up environment, not the current one), load the local embedding model."""
+    with next_core.get_lock():
+        index, next_core.value = next_core.value, next_core.value + 1
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {job.cpu})
+        os.sched_setaffinity(0, {cores[index % len(cores)]})
     for name in [name for name in os.environ if name.startswith(ENVIRONMENT_PREFIXES)]:
         del os.environ[name]
-    os.environ.update(job.environment)
-    rag = RagResource(**job.resource)
+    os.environ.update(environment)
+    rag = RagResource(**resource)
+    if rag.settings.embedding_backend == "sentence_transformers":
+        try:
+            rag.embedder()  # kept for the process (components.embedder); a failure shows in the embeddings step
+        except Exception:
+            pass
+
+
+def run_range(resource: dict[str, object], shards: list[str]) -> RangeRun:
+    """In a worker: the per-document stages over the shards (a contiguous key range), as one Dagster run."""
+    rag = RagResource(**resource)
     with dagster_instance() as instance:
-        result = materialize_stages(rag, PER_DOCUMENT_STAGES, job.shards, instance)
-    return RangeRun(shards=job.shards, run_id=result.run_id,
+        result = materialize_stages(rag, PER_DOCUMENT_STAGES, shards, instance)
+    return RangeRun(shards=shards, run_id=result.run_id,
                     totals={name: totals.to_json() for name, totals in stage_totals(result).items()},
                     failure=None if result.success else run_failure(result))
 
 
-def run_in_workers(rag: RagResource, shards: Sequence[str], workers: int) -> list[RangeRun]:
-    """Run the per-document stages of `shards` in `workers` processes, one contiguous shard range each; the runs
-    in the order they finished. A range whose worker died runs again once; then IngestFailed names its shards."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    resource = {"data_dir": rag.data_dir, "roots": rag.roots, "source": rag.source, "rediscover": rag.rediscover}
-    environment = {name: value for name, value in os.environ.items() if name.startswith(ENVIRONMENT_PREFIXES)}
-    CONTEXT.set_forkserver_preload(PRELOAD)  # no effect once this process's forkserver runs
-    pending, finished = shard_ranges(shards, workers), []
-    for _ in range(ATTEMPTS):
-        lost = []
-        with ProcessPoolExecutor(len(pending), mp_context=CONTEXT) as pool:
-            futures = {pool.submit(run_range, RangeJob(resource, shard_range, cpus[index % len(cpus)], environment)):
-                       shard_range for index, shard_range in enumerate(pending)}
+class ShardWorkers:
+    """`workers` processes, each on one core of this process's, started at once; `run` gives them shard ranges."""
+
+    def __init__(self, rag: RagResource, workers: int) -> None:
+        self.workers = workers
+        self.resource = {"data_dir": rag.data_dir, "roots": rag.roots, "source": rag.source,
+                         "rediscover": rag.rediscover}
+        self.environment = {name: value for name, value in os.environ.items() if name.startswith(ENVIRONMENT_PREFIXES)}
+        self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            list(range(os.cpu_count() or 1))
+        CONTEXT.set_forkserver_preload(PRELOAD)  # no effect once this process's forkserver runs
+        self.pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        """A pool whose workers all start now (a process starts per task while none is idle)."""
+        pool = ProcessPoolExecutor(self.workers, mp_context=CONTEXT, initializer=start_worker,
+                                   initargs=(CONTEXT.Value("i", 0), self.cores, self.environment, self.resource))
+        for _ in range(self.workers):
+            pool.submit(int)
+        return pool
+
+    def run(self, shards: Sequence[str]) -> list[RangeRun]:
+        """The per-document stages of `shards`, one contiguous range per worker; the runs in the order they
+        finished. A range whose worker died runs again once (in new workers); then IngestFailed names its
+        shards."""
+        pending, finished = shard_ranges(shards, self.workers), []
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                self.pool = self._start()
+            futures = {self.pool.submit(run_range, self.resource, shard_range): shard_range for shard_range in pending}
+            lost = []
             for future in as_completed(futures):
                 try:
                     finished.append(future.result())
                 except BrokenProcessPool:
                     lost.append(futures[future])
-        if not lost:
-            return finished
-        pending = lost
-    raise IngestFailed("a shard worker died twice on shards " + ", ".join(shard for run in pending for shard in run)
-                       + "; ingest again to finish them (every stage resumes where it stopped)")
+            if not lost:
+                return finished
+            pending = lost
+        raise IngestFailed("a shard worker died twice on shards " + ", ".join(shard for run in pending for shard in run)
+                           + "; ingest again to finish them (every stage resumes where it stopped)")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> ShardWorkers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
