@@ -148,3 +148,26 @@ def test_a_killed_ingest_leaves_no_pool_slot_claimed(tmp_path: Path, monkeypatch
         assert json.loads(finished.stdout)["failed"] == []
         assert not instance.event_log_storage.get_concurrency_info("rag_store_writer").claimed_slots
         assert instance.get_run_by_id(claimed.run_id).status == dg.DagsterRunStatus.FAILURE
+
+
+def test_a_second_ingest_names_the_running_one_and_corrupts_nothing(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from rag_pipeline.errors import Conflict
+
+    monkeypatch.setenv("RAG_INGEST_WORKERS", "2")
+    root, data_dir = scifact_files(tmp_path / "scifact", DOCUMENTS), tmp_path / "data"
+    markdown = stores(load_settings(data_dir=data_dir))["markdown"].dir
+    command = [sys.executable, "-m", "rag_pipeline", "ingest", str(root), "--json", "--data-dir", str(data_dir)]
+    first = subprocess.Popen(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and first.poll() is None and not files(markdown, "*.md"):
+        time.sleep(0.01)
+    assert first.poll() is None, "the first ingest ended before its shard workers converted anything"
+    with pytest.raises(Conflict) as refused:  # the first one is in its shard workers' stage
+        ingest([root], data_dir)
+    assert refused.value.code == "ingest_running"
+    assert f"pid {first.pid} " in str(refused.value) and "rag_pipeline ingest" in str(refused.value)
+    output, _ = first.communicate(timeout=600)
+    assert first.returncode == 0 and json.loads(output)["added"] == DOCUMENTS
+    assert_index_agrees(data_dir)
