@@ -58,7 +58,7 @@ class RagResource(dg.ConfigurableResource):
         return [resolve_source(settings, self.source or DEFAULT_SOURCE, self.roots, stored)]
 
     def sidecar(self) -> Sidecar:
-        return Sidecar(self.settings.sidecar_path)
+        return Sidecar(self.settings.sidecar_location)
 
     def converter(self) -> DocumentConverter:
         """The converter of the settings' PDF pipeline and conversion limits (docling itself runs in conversion

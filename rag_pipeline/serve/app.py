@@ -62,7 +62,7 @@ from rag_pipeline.structured.query import QueryRunner
 def create_app(settings: Settings | None = None, retriever: Retriever | None = None) -> FastAPI:
     """The API over `retriever` (default: the configured one, opened at startup and closed at shutdown)."""
     settings = settings or components.load_settings()
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     services = Services(
         settings=settings, runtime=Runtime(settings, retriever), metrics=Metrics(),
         ingest_jobs=IngestJobs(settings.data_dir), sidecar=sidecar, query_runner=QueryRunner(settings, sidecar),

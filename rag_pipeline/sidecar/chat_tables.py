@@ -8,9 +8,9 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from rag_pipeline.sidecar.connection import SidecarFile, now, records
+from rag_pipeline.sidecar.connection import SidecarFile, insert_rows, now, records
 
-_append_lock = threading.Lock()  # turns of one process are numbered one at a time
+_append_lock = threading.Lock()  # turns of one process are numbered one at a time (of many: the write lock)
 
 
 class ChatTables(SidecarFile):
@@ -24,7 +24,7 @@ class ChatTables(SidecarFile):
                 return None
             rows = records(con.execute(
                 "SELECT * FROM (SELECT turn, message, answer, record, created_at FROM chat_turns WHERE session_id = ? "
-                "ORDER BY turn DESC LIMIT ?) ORDER BY turn", [session_id, last or 2**31 - 1]))
+                "ORDER BY turn DESC LIMIT ?) latest ORDER BY turn", [session_id, last or 2**31 - 1]))
         return [{**row, "record": json.loads(row["record"])} for row in rows]
 
     def append_chat_turn(self, session_id: str, owner: str, message: str, answer: str, record: dict[str, Any],
@@ -41,8 +41,9 @@ class ChatTables(SidecarFile):
             if expired:
                 con.execute("DELETE FROM chat_turns WHERE list_contains(?, session_id)", [expired])
                 con.execute("DELETE FROM chat_sessions WHERE list_contains(?, id)", [expired])
-            con.execute("INSERT OR REPLACE INTO chat_sessions VALUES (?, ?, coalesce((SELECT created_at FROM "
-                        "chat_sessions WHERE id = ?), ?), ?)", [session_id, owner, session_id, stamp, stamp])
+            created = con.execute("SELECT created_at FROM chat_sessions WHERE id = ?", [session_id]).fetchall()
+            insert_rows(con, "chat_sessions", ["id", "owner", "created_at", "updated_at"],
+                        [(session_id, owner, created[0][0] if created else stamp, stamp)], replace=True)
             turn = con.execute("SELECT coalesce(max(turn), 0) + 1 FROM chat_turns WHERE session_id = ?",
                                [session_id]).fetchone()[0]
             con.execute("INSERT INTO chat_turns VALUES (?, ?, ?, ?, ?, ?)",

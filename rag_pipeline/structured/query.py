@@ -1,5 +1,7 @@
 """The metadata query tool: typed operations over document fields, compiled to parameterised SQL on a read-only
-DuckDB connection with external access off, a row limit and a time limit. No SQL text is ever taken from a caller
+sidecar connection (DuckDB with external access off, or a PostgreSQL read-only transaction), a row limit and a time
+limit. The SQL is what DuckDB and PostgreSQL both run (sidecar/postgres.py gives PostgreSQL DuckDB's list_contains,
+list_has_any and contains). No SQL text is ever taken from a caller
 or a model: field names are checked against the registry and every value is a bound parameter.
 
 Operations (documents are the unit; only fully ingested documents count):
@@ -26,14 +28,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import duckdb
-
 from rag_pipeline.errors import InputError, QueryTimeout
 from rag_pipeline.fields.registry import RegistryField, build_registry, declared_fields
 from rag_pipeline.fields.values import FieldKind, text_kind
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar, records
+from rag_pipeline.sidecar.connection import Connection, Interrupted, file_state
+from rag_pipeline.sidecar.postgres import PostgresConnection
 from rag_pipeline.structured.operations import BY_NAME, NAMES
 from rag_pipeline.structured.withheld import withhold_flagged
 
@@ -81,10 +83,10 @@ class QueryResult:
 
 
 REGISTRY_SQL = (
-    "SELECT name, kind, count(DISTINCT sha) AS documents, list(DISTINCT origin) AS origins FROM ("
+    "SELECT name, kind, count(DISTINCT sha) AS documents, array_agg(DISTINCT origin) AS origins FROM ("
     "  SELECT sha, name, kind, split_part(origin, ':', 1) AS origin FROM document_fields"
     "  UNION ALL SELECT l.sha, v.name, v.kind, 'roster' FROM roster_values v JOIN roster_links l USING (roster, key)"
-    ") WHERE sha IN (SELECT sha FROM documents WHERE true{scope}) GROUP BY name, kind")
+    ") stored WHERE sha IN (SELECT sha FROM documents WHERE true{scope}) GROUP BY name, kind")
 
 
 class StateCache:
@@ -106,25 +108,14 @@ _registries = StateCache()  # (sidecar, scope) -> registry
 _value_sets = StateCache()  # (sidecar, scope) -> named values
 
 
-def file_state(path: Path) -> tuple:
-    """What changes whenever the file (or its write-ahead log) is written."""
-    def stat(file: Path) -> tuple[int, int] | None:
-        try:
-            info = file.stat()
-        except OSError:
-            return None
-        return info.st_mtime_ns, info.st_size
-    return stat(path), stat(path.with_name(path.name + ".wal"))
-
-
-def registry_of(con: duckdb.DuckDBPyConnection, settings: Settings, path: Path,
+def registry_of(con: Connection, settings: Settings, sidecar: Sidecar,
                 scope: Scope | None = None) -> dict[str, RegistryField]:
-    """The registry over `con` (the sidecar at `path`): the stored fields of the documents `scope` lets a key see
-    (and every declared one); reused while neither the sidecar nor the declarations changed, since it costs a scan
-    of every field row."""
-    state = (file_state(path), file_state(Path(settings.sources_file)) if settings.sources_file else None)
+    """The registry over `con` (a connection to `sidecar`): the stored fields of the documents `scope` lets a key
+    see (and every declared one); reused while neither the sidecar nor the declarations changed, since it costs a
+    scan of every field row."""
+    state = (sidecar.data_state(), file_state(Path(settings.sources_file)) if settings.sources_file else None)
     scoped, params = scope_condition(scope)
-    return _registries.get((path, scope), state, lambda: build_registry(
+    return _registries.get((sidecar.location, scope), state, lambda: build_registry(
         records(con.execute(REGISTRY_SQL.format(scope=scoped), params)), declared_fields(settings)))
 
 
@@ -132,7 +123,7 @@ def load_registry(settings: Settings, sidecar: Sidecar, scope: Scope | None = No
     """The fields the query tool accepts: built-ins, stored fields (stated, enriched, roster columns of joined
     documents; of the documents in `scope`) and declared ones (minus queryable: false)."""
     with sidecar.read_only() as con:
-        return registry_of(con, settings, sidecar.path, scope)
+        return registry_of(con, settings, sidecar, scope)
 
 
 MAX_NAMED_VALUES = 300  # fields with more distinct values are not offered to the planner as nameable values
@@ -146,12 +137,12 @@ def named_values(settings: Settings, sidecar: Sidecar, scope: Scope | None = Non
     def compute() -> dict[str, list[str]]:
         with sidecar.read_only() as con:
             rows = con.execute(
-                "SELECT name, list(DISTINCT text_value ORDER BY text_value) FROM effective_fields WHERE kind IN "
+                "SELECT name, array_agg(DISTINCT text_value ORDER BY text_value) FROM effective_fields WHERE kind IN "
                 f"('string', 'list') AND sha IN (SELECT sha FROM documents WHERE status = 'ok'{scoped}) "
                 f"GROUP BY name HAVING count(DISTINCT text_value) <= {MAX_NAMED_VALUES}", params).fetchall()
         return {name: list(found) for name, found in rows}
 
-    return _value_sets.get((sidecar.path, scope), file_state(sidecar.path), compute)
+    return _value_sets.get((sidecar.location, scope), sidecar.data_state(), compute)
 
 
 def values_table(spec: RegistryField) -> str:
@@ -358,6 +349,29 @@ def scope_condition(scope: Scope | None) -> tuple[str, list[Any]]:
     return "".join(f" AND {part}" for part in parts), params
 
 
+class Scratch:
+    """A connection with a query's intermediate tables: temporary tables on DuckDB; on PostgreSQL, whose read-only
+    transaction cannot create tables, materialized common table expressions put before each statement."""
+
+    def __init__(self, con: Connection) -> None:
+        self.con = con
+        self.postgres = isinstance(con, PostgresConnection)
+        self.ctes: list[tuple[str, str, list[Any]]] = []
+
+    def create(self, name: str, sql: str, params: list[Any]) -> None:
+        if self.postgres:
+            self.ctes.append((name, sql, list(params)))
+        else:
+            self.con.execute(f"CREATE TEMP TABLE {name} AS {sql}", params)
+
+    def execute(self, sql: str, params: list[Any] | None = None) -> Any:
+        if not self.ctes:
+            return self.con.execute(sql, params)
+        prefix = "WITH " + ", ".join(f"{name} AS MATERIALIZED ({cte})" for name, cte, _ in self.ctes)
+        return self.con.execute(f"{prefix} {sql}", [value for *_, values in self.ctes for value in values]
+                                + list(params or []))
+
+
 class QueryRunner:
     """Compiles and runs MetadataQuery objects against one sidecar."""
 
@@ -381,14 +395,14 @@ class QueryRunner:
             timer.start()
             try:
                 if registry is None:
-                    registry = registry_of(con, self.settings, self.sidecar.path, scope)
+                    registry = registry_of(con, self.settings, self.sidecar, scope)
                 if not isinstance(query, MetadataQuery):
                     query = parse_request(query, registry)
                 if bound:
                     query = replace(query, where=query.where + tuple(
                         parse_clause(name, value, registry) for name, value in bound.items()))
                 result = self._execute(con, query, registry, scope)
-            except duckdb.InterruptException as error:
+            except Interrupted as error:
                 raise QueryTimeout(f"the query ran longer than {self.timeout:g} s and was stopped") from error
             finally:
                 timer.cancel()
@@ -396,18 +410,19 @@ class QueryRunner:
         result.timings_ms = {"total": round((time.perf_counter() - started) * 1000, 2)}
         return result
 
-    def _execute(self, con: duckdb.DuckDBPyConnection, query: MetadataQuery, registry: Mapping[str, RegistryField],
+    def _execute(self, con: Connection, query: MetadataQuery, registry: Mapping[str, RegistryField],
                  scope: Scope | None) -> QueryResult:
-        """The query as a few statements over two temporary tables: `matched` (the documents the where clauses and
-        the scope let through) and `picked` (the values of the field the operation reads, of those documents), so
-        the effective_fields view is evaluated once per clause and once for the field."""
+        """The query as a few statements over two intermediate tables (Scratch): `matched` (the documents the where
+        clauses and the scope let through) and `picked` (the values of the field the operation reads, of those
+        documents), so the effective_fields view is evaluated once per clause and once for the field."""
         scoped, params = scope_condition(scope)
         matched = f"SELECT sha, paths[1] AS path FROM documents WHERE status = 'ok'{scoped}"
         for clause in query.where:
             sql, clause_params = condition(clause, registry[clause.field].kind)
             matched += f" AND sha IN (SELECT sha FROM {values_table(registry[clause.field])} WHERE name = ? AND {sql})"
             params += [clause.field, *clause_params]
-        con.execute(f"CREATE TEMP TABLE matched AS {matched}", params)
+        con = Scratch(con)
+        con.create("matched", matched, params)
         limit = query.limit or (DEFAULT_TOP_N if query.op == "top_n" else DEFAULT_LIMIT)
         if query.op in ("list", "lookup"):
             listed = records(con.execute("SELECT sha, path FROM matched ORDER BY path LIMIT ?", [limit + 1]))
@@ -428,14 +443,15 @@ class QueryRunner:
         else:
             name = query.field if query.op == "top_n" and query.field else (query.by or query.field)
             kind = registry[name].kind
-            con.execute("CREATE TEMP TABLE picked AS SELECT f.sha, m.path, f.text_value, f.number_value, f.date_value "
-                        f"FROM {values_table(registry[name])} f JOIN matched m USING (sha) WHERE f.name = ?", [name])
-            counted = "(SELECT DISTINCT sha, path FROM picked)"
+            con.create("picked", "SELECT f.sha, m.path, f.text_value, f.number_value, f.date_value "
+                       f"FROM {values_table(registry[name])} f JOIN matched m USING (sha) WHERE f.name = ?", [name])
+            counted = "(SELECT DISTINCT sha, path FROM picked) counted"
             if query.op == "top_n" and query.field:
                 column = "number_value" if kind == "number" else "date_value"
-                ranked = records(con.execute(
-                    f"SELECT sha, path, max({column}) AS best, arg_max(text_value, {column}) AS text FROM picked "
-                    f"WHERE {column} IS NOT NULL GROUP BY sha, path ORDER BY best DESC, path LIMIT ?", [limit + 1]))
+                ranked = records(con.execute(  # each document's largest value (and its text), largest first
+                    f"SELECT sha, path, best, text FROM (SELECT sha, path, {column} AS best, text_value AS text, "
+                    f"row_number() OVER (PARTITION BY sha, path ORDER BY {column} DESC) AS rank FROM picked "
+                    f"WHERE {column} IS NOT NULL) ranked WHERE rank = 1 ORDER BY best DESC, path LIMIT ?", [limit + 1]))
                 rows = [{"id": row["sha"], "path": row["path"],
                          "value": output_value(kind, row["text"], row["best"] if kind == "number" else None)}
                         for row in ranked[:limit]]
@@ -457,7 +473,7 @@ class QueryRunner:
         return QueryResult(query.op, rows, documents, truncated or total > limit, total)
 
     @staticmethod
-    def _fields_of(con: duckdb.DuckDBPyConnection, shas: list[str], registry: Mapping[str, RegistryField],
+    def _fields_of(con: Connection, shas: list[str], registry: Mapping[str, RegistryField],
                    only: str | None) -> dict[str, dict[str, dict[str, Any]]]:
         """sha -> field name -> {value, type, origin} of these documents (queryable fields only)."""
         if not shas:
@@ -482,7 +498,7 @@ class QueryRunner:
         return found
 
     @staticmethod
-    def _lookup_row(con: duckdb.DuckDBPyConnection, row: dict[str, Any], fields: dict[str, dict[str, Any]],
+    def _lookup_row(con: Connection, row: dict[str, Any], fields: dict[str, dict[str, Any]],
                     only: str | None) -> dict[str, Any]:
         if only:
             entry = fields.get(only)

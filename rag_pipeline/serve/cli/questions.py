@@ -98,7 +98,7 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.structured.query import QueryRunner
 
     body = {"op": args.op, "field": args.field, "by": args.by, "where": args.where, "limit": args.limit}
-    result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
+    result = QueryRunner(settings, Sidecar(settings.sidecar_location)).run_json(body)
     if result.withheld:
         from rag_pipeline.structured.withheld import withheld_warning
 
@@ -125,7 +125,7 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
 
     retriever = components.open_retriever(settings)
     try:
-        service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
+        service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_location),
                               build_llm(settings))
         session = args.session
         if args.message is not None:
@@ -196,7 +196,7 @@ def run_fields(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.sidecar import Sidecar
     from rag_pipeline.structured.query import load_registry
 
-    registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_path)).values()]
+    registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_location)).values()]
     if args.json:
         print(json.dumps({"fields": registry}))
         return 0
