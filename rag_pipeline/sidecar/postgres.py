@@ -11,14 +11,17 @@ The repositories' SQL is written once, in the subset DuckDB and PostgreSQL share
 - CHANGE_COUNTER: a sequence every write statement advances (statement triggers), the state that says the sidecar
   changed (DuckDB's is its file's mtime and size).
 
-Writes from many processes: every write transaction first takes one transaction-scoped advisory lock, so the
+Connections are pooled per process (kept idle between operations, never shared by two at once). Writes from many
+processes: every write transaction first takes one transaction-scoped advisory lock, so the
 read-modify-write steps of the repositories (merging document rows, numbering chat turns, recomputing roster
 links) never lose an update; they are short, and reads never wait on them.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -32,6 +35,7 @@ from rag_pipeline.errors import StoreUnavailable
 
 WRITE_LOCK = 0x5241_4753_4944_4543  # the advisory lock every write transaction takes ("RAGSIDEC")
 CONNECT_TIMEOUT_SECONDS = 10
+MAX_IDLE_CONNECTIONS = 8  # per process: connections kept open between operations
 READ_ONLY_MEMORY = "64MB"  # work_mem of the metadata query tool's connections
 Interrupted = psycopg2.errors.QueryCanceled
 PRIMARY_KEYS = {  # the conflict targets of INSERT OR REPLACE
@@ -113,61 +117,77 @@ class PostgresConnection:
         self.raw.cancel()
 
 
-def _open(url: str, *, read_only: bool) -> psycopg2.extensions.connection:
+def _open(url: str) -> psycopg2.extensions.connection:
     try:
         raw = psycopg2.connect(url, connect_timeout=CONNECT_TIMEOUT_SECONDS, application_name="rag_pipeline")
     except psycopg2.OperationalError as error:
         raise StoreUnavailable(f"the metadata sidecar's PostgreSQL server is unreachable: {error}") from error
     psycopg2.extras.register_default_json(raw, loads=lambda text: text)  # JSON columns read as text (as DuckDB)
     psycopg2.extras.register_default_jsonb(raw, loads=lambda text: text)
-    if read_only:
-        raw.set_session(readonly=True, autocommit=False)
-        with raw.cursor() as cursor:
-            cursor.execute(f"SET work_mem = '{READ_ONLY_MEMORY}'")
-    else:
-        raw.autocommit = True
     return raw
+
+
+_idle: dict[tuple[int, str], list[psycopg2.extensions.connection]] = {}  # (process, url) -> idle connections
+_idle_lock = threading.Lock()
+
+
+@contextmanager
+def _borrowed(url: str, *, read_only: bool) -> Iterator[psycopg2.extensions.connection]:
+    """A connection of this process's pool (opened when none is idle) in the given mode; back to the pool when the
+    block ends cleanly and the connection is idle, else closed."""
+    key = (os.getpid(), url)
+    with _idle_lock:
+        idle = _idle.get(key)
+        raw = idle.pop() if idle else None
+    raw = raw or _open(url)
+    reusable = False
+    try:
+        raw.set_session(readonly=read_only, autocommit=not read_only)
+        yield raw
+        reusable = raw.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_IDLE
+    finally:
+        with _idle_lock:
+            idle = _idle.setdefault(key, [])
+            if reusable and not raw.closed and len(idle) < MAX_IDLE_CONNECTIONS:
+                idle.append(raw)
+                raw = None
+        if raw is not None:
+            raw.close()
 
 
 @contextmanager
 def connect(url: str) -> Iterator[PostgresConnection]:
     """A read-write connection; each statement commits on its own."""
-    raw = _open(url, read_only=False)
-    try:
+    with _borrowed(url, read_only=False) as raw:
         yield PostgresConnection(raw)
-    finally:
-        raw.close()
 
 
 @contextmanager
 def transaction(url: str) -> Iterator[PostgresConnection]:
     """One write transaction holding the sidecar's write lock: committed when the block ends, rolled back when it
     raises."""
-    raw = _open(url, read_only=False)
-    try:
+    with _borrowed(url, read_only=False) as raw:
         raw.autocommit = False
         con = PostgresConnection(raw)
-        con.execute("SELECT pg_advisory_xact_lock(?)", [WRITE_LOCK])
         try:
+            con.execute("SELECT pg_advisory_xact_lock(?)", [WRITE_LOCK])
             yield con
         except BaseException:
             raw.rollback()
             raise
         raw.commit()
-    finally:
-        raw.close()
 
 
 @contextmanager
 def read_only(url: str) -> Iterator[PostgresConnection]:
-    """A read-only transaction (the metadata query tool's): it can read the sidecar's tables and make temporary
-    ones, and change nothing else."""
-    raw = _open(url, read_only=True)
-    try:
-        yield PostgresConnection(raw)
-    finally:
-        raw.rollback()
-        raw.close()
+    """A read-only transaction (the metadata query tool's): it can read the sidecar's tables and change nothing."""
+    with _borrowed(url, read_only=True) as raw:
+        con = PostgresConnection(raw)
+        try:  # the views' row counts are unknown to the planner: no nested loops over them
+            con.execute(f"SET LOCAL work_mem = '{READ_ONLY_MEMORY}'; SET LOCAL enable_nestloop = off")
+            yield con
+        finally:
+            raw.rollback()
 
 
 def change_count(url: str) -> int:
