@@ -51,6 +51,7 @@ def catalog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         patch.setenv("RAG_SIDECAR_URL", url)
         settings = ingest_catalog(tmp_path_factory.mktemp("pg_catalog"))
         assert settings.sidecar_location == url
+        assert not settings.sidecar_path.exists()  # the whole ingest wrote PostgreSQL, no DuckDB file
         yield settings
 
 

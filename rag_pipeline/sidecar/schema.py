@@ -77,10 +77,10 @@ CREATE OR REPLACE VIEW own_fields AS
     SELECT * FROM builtin_fields
     UNION ALL SELECT sha, name, kind, text_value, number_value, date_value, origin FROM document_fields;
 CREATE OR REPLACE VIEW roster_matches AS
-    SELECT f.sha, r.name AS roster, f.text_value AS key FROM rosters r
-    JOIN own_fields f ON f.name = r.document_key
-    JOIN (SELECT DISTINCT roster, key FROM roster_values) k ON k.roster = r.name AND k.key = f.text_value
-    WHERE (SELECT count(*) FROM own_fields g WHERE g.sha = f.sha AND g.name = f.name) = 1;
+    SELECT m.sha, m.roster, m.key FROM (
+        SELECT f.sha, r.name AS roster, min(f.text_value) AS key FROM rosters r
+        JOIN own_fields f ON f.name = r.document_key GROUP BY f.sha, r.name HAVING count(*) = 1) m
+    JOIN (SELECT DISTINCT roster, key FROM roster_values) k ON k.roster = m.roster AND k.key = m.key;
 CREATE OR REPLACE VIEW roster_fields AS
     SELECT m.sha, v.name, v.kind, v.text_value, v.number_value, v.date_value, 'roster:' || m.roster AS origin,
         v.authoritative FROM roster_links m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key;
