@@ -5,16 +5,17 @@ The repositories' SQL is written once, in the subset DuckDB and PostgreSQL share
 - `PostgresConnection` gives a psycopg2 connection DuckDB's connection API (`execute(sql, params)` with `?`
   placeholders returning a cursor, `interrupt()` from another thread), and reads JSON columns as text as DuckDB does;
 - COMPAT_FUNCTIONS gives PostgreSQL the few DuckDB functions the SQL uses (list_contains, list_has_any, len,
-  regexp_extract, contains) as inlinable SQL functions;
+  regexp_extract, contains) as SQL functions;
 - `ddl` maps DuckDB's type names in the migration steps (DOUBLE) to PostgreSQL's;
 - `upsert_sql` writes DuckDB's INSERT OR REPLACE as INSERT ... ON CONFLICT DO UPDATE;
 - CHANGE_COUNTER: a sequence every write statement advances (statement triggers), the state that says the sidecar
   changed (DuckDB's is its file's mtime and size).
 
-Connections are pooled per process (kept idle between operations, never shared by two at once). Writes from many
-processes: every write transaction first takes one transaction-scoped advisory lock, so the
-read-modify-write steps of the repositories (merging document rows, numbering chat turns, recomputing roster
-links) never lose an update; they are short, and reads never wait on them.
+Connections are pooled per process (kept idle between operations, never used by two at once). Writes from many
+processes: every write transaction first takes one transaction-scoped advisory lock, so the read-modify-write steps
+of the repositories (merging document rows, numbering chat turns, recomputing roster links) never lose an update;
+they are short, and reads never wait on them. The metadata query tool's read-only transactions plan without nested
+loops: the planner cannot estimate the views' rows, and a nested loop over them is what makes a query slow.
 """
 
 from __future__ import annotations
