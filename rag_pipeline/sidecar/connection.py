@@ -62,8 +62,14 @@ def insert_rows(con: Connection, table: str, columns: Sequence[str], rows: Seque
     if isinstance(con, postgres.PostgresConnection):
         con.insert_rows(table, columns, rows, replace=replace)
         return
-    con.register("incoming", pd.DataFrame(list(rows), columns=list(columns), dtype=object))
     names = ", ".join(columns)
+    if len(rows) == 1:  # a plain statement: a DataFrame scan failed ("pandas_scan does not exist") while the
+        row = rows[0]   # API's threads were reading the file
+        values = [row[column] for column in columns] if isinstance(row, dict) else list(row)
+        con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) VALUES "
+                    f"({', '.join('?' * len(columns))})", values)
+        return
+    con.register("incoming", pd.DataFrame(list(rows), columns=list(columns), dtype=object))
     con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) SELECT {names} FROM incoming")
     con.unregister("incoming")
 
