@@ -273,6 +273,16 @@ class Settings(BaseSettings):
     # steps of a run are processes of its run worker) or "celery" (dagster-celery: every step is a task that any
     # `worker` container takes from the broker, DAGSTER_CELERY_BROKER_HOST; docker-compose.yml's worker service).
     dagster_executor: Literal["multiprocess", "celery"] = "multiprocess"
+    # The metadata sidecar on a PostgreSQL server (postgresql://user:password@host:port/db), which every ingest worker
+    # and API replica shares; unset: a DuckDB file under the data dir (one writing process at a time).
+    sidecar_url: SecretStr | None = None
+
+    @field_validator("sidecar_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("the sidecar URL must start with postgresql://")
+        return value
 
     @field_validator("fusion_weights", mode="before")
     @classmethod
@@ -394,6 +404,11 @@ class Settings(BaseSettings):
     @property
     def sidecar_path(self) -> Path:
         return self.data_dir / "sidecar.duckdb"
+
+    @property
+    def sidecar_location(self) -> Path | str:
+        """Where the sidecar is: RAG_SIDECAR_URL (a PostgreSQL database), else the DuckDB file sidecar_path."""
+        return self.sidecar_url.get_secret_value() if self.sidecar_url else self.sidecar_path
 
     @property
     def api_keys_path(self) -> Path:
