@@ -17,7 +17,8 @@ Connections are pooled per process (kept idle between operations, never used by 
 processes: every write transaction first takes one transaction-scoped advisory lock, so the read-modify-write steps
 of the repositories (merging document rows, numbering chat turns, recomputing roster links) never lose an update;
 they are short, and reads never wait on them. The metadata query tool's read-only transactions plan without nested
-loops: the planner cannot estimate the views' rows, and a nested loop over them is what makes a query slow.
+loops: the planner cannot estimate the views' rows, and a nested loop over them is what makes a query slow; and
+without JIT compilation, which a nested loop it cannot avoid (costed as disabled) would trigger on every statement.
 """
 
 from __future__ import annotations
@@ -209,8 +210,10 @@ def read_only(url: str) -> Iterator[PostgresConnection]:
     """A read-only transaction (the metadata query tool's): it can read the sidecar's tables and change nothing."""
     with _borrowed(url, read_only=True) as raw:
         con = PostgresConnection(raw)
-        try:  # the views' row counts are unknown to the planner: no nested loops over them
-            con.execute(f"SET LOCAL work_mem = '{READ_ONLY_MEMORY}'; SET LOCAL enable_nestloop = off")
+        try:  # the views' row counts are unknown to the planner: no nested loops over them; and no JIT, which a
+            # nested loop that cannot be avoided (a join on list_contains), costed as disabled, would trigger
+            con.execute(f"SET LOCAL work_mem = '{READ_ONLY_MEMORY}'; SET LOCAL enable_nestloop = off; "
+                        "SET LOCAL jit = off")
             yield con
         finally:
             raw.rollback()
