@@ -28,6 +28,7 @@ from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.operations import NAMES
+from rag_pipeline.structured.profile import build_profile
 from rag_pipeline.structured.query import QueryRunner
 from rag_pipeline.structured.request import MAX_DEPTH
 from rag_pipeline_tests.conftest import ingest_catalog
@@ -537,6 +538,14 @@ def test_semi_joins_empty_and_contains(catalog: Settings) -> None:
     refused(catalog, {"op": "list", "where": {"title": {"contains": {"op": "distinct", "field": "genre"}}}},
             "invalid_where", "needs a list field")
     refused(catalog, {"op": "count", "where": {"themes": {"empty": "yes"}}}, "invalid_where")
+
+
+def test_the_corpus_profile_counts_documents_and_values(catalog: Settings) -> None:
+    profile = build_profile(Sidecar(catalog.sidecar_location), None)
+    publishers = {row["value"] for row in run(catalog, op="distinct", field="publisher")["rows"]}
+    assert profile.documents == 42 and profile.fields["publisher"].kind == "string"
+    assert profile.fields["publisher"].distinct == len(publishers) and \
+        set(profile.fields["publisher"].values.values()) == publishers
 
 
 def test_the_request_filters_bound_every_query_of_the_tree(catalog: Settings) -> None:
