@@ -19,11 +19,12 @@ WORKDIR /app
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 
 # 2. The project's pinned dependencies, read from pyproject.toml (this layer is rebuilt only when that file
-#    changes), and PostgreSQL storage for the Dagster instance (dagster-postgres 0.29.27 pairs with dagster 1.13.27).
+#    changes), PostgreSQL storage for the Dagster instance and the Celery executor of the compose file's `worker`
+#    service (dagster-postgres and dagster-celery 0.29.27 pair with dagster 1.13.27).
 COPY pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
         > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt dagster-postgres==0.29.27 \
+ && pip install -r /tmp/requirements.txt dagster-postgres==0.29.27 dagster-celery==0.29.27 \
  && rm /tmp/requirements.txt
 
 # 3. The project itself (.dockerignore keeps .venv, .rag_data, .bench, caches and .git out). Installed in place

@@ -119,7 +119,7 @@ def embedding_dimension(settings: Settings) -> int:
 def generations(settings: Settings) -> IndexGenerations:
     """The index generations of the deployment: the one ingest builds, the one queries use, the switch."""
     return IndexGenerations(settings, dimension=lambda: embedding_dimension(settings),
-                            legacy_chunking=lambda: Sidecar(settings.sidecar_path).most_common_chunk_set())
+                            legacy_chunking=lambda: Sidecar(settings.sidecar_location).most_common_chunk_set())
 
 
 def query_settings(settings: Settings) -> tuple[Settings, QueryTarget]:

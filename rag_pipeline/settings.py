@@ -261,6 +261,28 @@ class Settings(BaseSettings):
     # Browser origins (scheme://host[:port]) that may call the API cross-origin, CORS preflight included. Empty:
     # a request whose Origin header is not the server's own origin gets 403 cross_origin.
     api_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    # Parallel shard runs (defs/shard_workers.py): an in-process ingest runs the per-document stages (convert,
+    # redact, chunk, embed) of this many contiguous shard ranges at once, one worker process each pinned to one of
+    # this process's cores; the file sensor splits its changed shards into as many runs (the run queue and the
+    # instance's pools decide how many run at once). 1: one run in this process (the default).
+    ingest_workers: int = Field(1, ge=1, le=256)
+    # Where artifacts and the embedding cache live (default: the data dir): a filesystem path every worker reaches
+    # (NFS, EFS, a ReadWriteMany volume) when workers run on several machines.
+    shared_dir: Path | None = None
+    # The executor of ingest_job in a Dagster deployment (defs/jobs.py): "multiprocess" (Dagster's default: the
+    # steps of a run are processes of its run worker) or "celery" (dagster-celery: every step is a task that any
+    # `worker` container takes from the broker, DAGSTER_CELERY_BROKER_HOST; docker-compose.yml's worker service).
+    dagster_executor: Literal["multiprocess", "celery"] = "multiprocess"
+    # The metadata sidecar on a PostgreSQL server (postgresql://user:password@host:port/db), which every ingest worker
+    # and API replica shares; unset: a DuckDB file under the data dir (one writing process at a time).
+    sidecar_url: SecretStr | None = None
+
+    @field_validator("sidecar_url")
+    @classmethod
+    def _postgres_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("the sidecar URL must start with postgresql://")
+        return value
 
     @field_validator("fusion_weights", mode="before")
     @classmethod
@@ -373,15 +395,20 @@ class Settings(BaseSettings):
 
     @property
     def embedding_cache_path(self) -> Path:
-        return self.data_dir / "embedding_cache.sqlite"
+        return (self.shared_dir or self.data_dir) / "embedding_cache.sqlite"
 
     @property
     def artifacts_dir(self) -> Path:
-        return self.data_dir / "artifacts"
+        return (self.shared_dir or self.data_dir) / "artifacts"
 
     @property
     def sidecar_path(self) -> Path:
         return self.data_dir / "sidecar.duckdb"
+
+    @property
+    def sidecar_location(self) -> Path | str:
+        """Where the sidecar is: RAG_SIDECAR_URL (a PostgreSQL database), else the DuckDB file sidecar_path."""
+        return self.sidecar_url.get_secret_value() if self.sidecar_url else self.sidecar_path
 
     @property
     def api_keys_path(self) -> Path:

@@ -58,20 +58,31 @@ def sample_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return corpus, base / "data"
 
 
-@pytest.fixture(scope="session")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """The catalog corpus (golden/catalog, a copy) ingested once per session through its sources file: fields from
-    every property source, a roster, declared fields. Read-only for the tests."""
+def ingest_catalog(base: Path) -> Settings:
+    """The catalog corpus (golden/catalog, a copy under `base`) ingested through its sources file, into the sidecar
+    the environment configures."""
     from rag_pipeline.defs.ingest_runner import ingest
 
-    base = tmp_path_factory.mktemp("catalog")
     shutil.copytree(REPO / "golden" / "catalog", base / "catalog")
     settings = load_settings(data_dir=base / "data", sources_file=base / "catalog" / "sources.yaml")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RAG_SOURCES_FILE", str(settings.sources_file))
         summary = ingest(data_dir=settings.data_dir)
     assert summary["added"] == 42 and not summary["failed"]
-    yield settings
+    return settings
+
+
+@pytest.fixture(scope="session")
+def duckdb_catalog(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """The catalog corpus ingested once per session: fields from every property source, a roster, declared
+    fields. Read-only for the tests."""
+    return ingest_catalog(tmp_path_factory.mktemp("catalog"))
+
+
+@pytest.fixture(scope="session")
+def catalog(duckdb_catalog: Settings) -> Settings:
+    """The catalog corpus, ingested once per session (test_metadata_query.py also ingests it into PostgreSQL)."""
+    return duckdb_catalog
 
 
 @pytest.fixture(params=["edge", "server"])

@@ -20,7 +20,7 @@ from .conftest import REPO
 COMPOSE_FILE = REPO / "docker-compose.yml"
 DOCKERFILE = REPO / "Dockerfile"
 DEPLOY = REPO / "deploy"
-RAG_SERVICES = ("code-location", "dagster-webserver", "dagster-daemon", "api")
+RAG_SERVICES = ("code-location", "dagster-webserver", "dagster-daemon", "api", "worker")
 DAGSTER_SERVICES = ("code-location", "dagster-webserver", "dagster-daemon")
 REQUIRED_SERVICES = {"qdrant", "ollama", "ollama-pull", "postgres", *RAG_SERVICES, "prometheus", "grafana"}
 DAGSTER_HOME = "/opt/dagster/home"
@@ -164,7 +164,7 @@ def test_shared_environment_names_real_settings(compose, monkeypatch):
 
     env = {key: interpolate(str(value)) for key, value in compose["x-rag-env"].items()}
     for key in env:
-        assert key.startswith(("RAG_", "DAGSTER_PG_")), key
+        assert key.startswith(("RAG_", "DAGSTER_PG_", "DAGSTER_CELERY_")), key
     fields = set(Settings.model_fields)
     for key, value in env.items():
         if key.startswith("RAG_"):
@@ -321,7 +321,7 @@ def test_dagster_instance_uses_postgres_and_the_repo_concurrency(tmp_path, compo
 
     repo_config = yaml.safe_load((REPO / "dagster.yaml").read_text())
     assert config["concurrency"] == repo_config["concurrency"]
-    assert config["concurrency"]["pools"] == {"granularity": "run", "default_limit": 1}
+    assert config["concurrency"]["pools"] == {"granularity": "op", "default_limit": 1}
     assert config["concurrency"]["runs"]["max_concurrent_runs"] == 4
     assert config["run_coordinator"]["class"] == "QueuedRunCoordinator"
     assert config["run_launcher"]["class"] == "DefaultRunLauncher"
@@ -573,3 +573,39 @@ def test_api_gets_its_key_and_prometheus_scrapes_with_it(compose, services, tmp_
     monkeypatch.setenv("RAG_API_KEY", "k" * 40)
     exec(code, {})
     assert local.read_text() == "k" * 40 + "\n"
+
+
+# --- Scale-out: the worker service -----------------------------------------------------------------------------
+
+
+def test_worker_service_scales_with_the_broker_and_shared_stores(compose, services, monkeypatch):
+    """`docker compose up --scale worker=N` multiplies a Celery worker of the image that takes ingest steps from the
+    broker, with the data volume, the corpus, PostgreSQL (Dagster's storage and the sidecar's database) and Qdrant
+    of the other services."""
+    worker = services["worker"]
+    assert "container_name" not in worker and not published_ports(worker), "a scaled service has no fixed name/port"
+    assert command(worker)[:5] == ["dagster-celery", "worker", "start", "-A", "dagster_celery.app"]
+    assert "--concurrency=1" in command(worker)  # one step at a time per worker (one core each)
+    assert {("volume", "rag_data", "/data"), ("volume", "dagster_storage", "/opt/dagster/storage")} <= set(
+        mounts(worker))
+    assert depends_on(worker) == {"broker": "service_healthy", "postgres": "service_healthy",
+                                  "qdrant": "service_healthy"}
+    env = environment({"environment": compose["x-rag-env"]})
+    assert env["DAGSTER_CELERY_BROKER_HOST"] == "broker" and services["broker"]["image"].startswith("rabbitmq:")
+    assert "rabbitmq-diagnostics" in services["broker"]["healthcheck"]["test"]
+    assert int(env["RAG_INGEST_WORKERS"]) > 1
+    for key in ("RAG_DAGSTER_EXECUTOR", "RAG_INGEST_WORKERS", "RAG_QDRANT_URL"):
+        monkeypatch.setenv(key, env[key])
+    from rag_pipeline.settings import Settings
+
+    settings = Settings()
+    # celery: the ingest job's steps go to the workers; a Qdrant server: vector_index upserts need no pool
+    assert settings.dagster_executor == "celery" and settings.qdrant_url
+    # the image installs the executor with the version that pairs with dagster (as dagster-postgres)
+    install = " ".join(arguments for instruction, arguments in dockerfile_instructions() if instruction == "RUN")
+    assert "dagster-celery==0.29.27" in install and "dagster-postgres==0.29.27" in install
+    # the postgres service creates the sidecar's database on its first start
+    (initdb,) = [source for kind, source, target in mounts(services["postgres"])
+                 if target == "/docker-entrypoint-initdb.d"]
+    scripts = "".join(path.read_text() for path in sorted(Path(initdb).glob("*.sql")))
+    assert "CREATE DATABASE rag_sidecar;" in scripts

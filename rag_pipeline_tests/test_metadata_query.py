@@ -1,7 +1,8 @@
 """Exact answers on a real ingest of the bundled catalog corpus (golden/catalog: Markdown front matter, DOCX/PPTX
 core properties, PDF info, HTML meta, a roster CSV): the metadata query tool's operations, filters and limits, the
 roster join and every reconciliation state, field filters in search, the golden aggregation questions, and the
-CLI and HTTP contracts."""
+CLI and HTTP contracts. Every test runs on both sidecar backends: DuckDB, and the corpus ingested into a
+PostgreSQL sidecar (RAG_SIDECAR_URL) on a real server."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
 import httpx
+import psycopg2
 import pytest
 
 from rag_pipeline.errors import InputError, QueryTimeout
@@ -25,17 +28,38 @@ from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.operations import NAMES
+from rag_pipeline.structured.profile import build_profile
 from rag_pipeline.structured.query import QueryRunner
 from rag_pipeline.structured.request import MAX_DEPTH
+from rag_pipeline_tests.conftest import ingest_catalog
 from rag_pipeline_tests.sidecar_sql import sql_rows
 from rag_pipeline_tests.test_api import running_api
+
+from .pg_server import postgres_server  # noqa: F401  (a fixture: the PostgreSQL backend's server)
+from .sidecar_backends import BACKENDS, fresh_database
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "golden" / "catalog_golden.yaml"
 
 
+@pytest.fixture(scope="module", params=BACKENDS)
+def catalog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """The session's catalog on DuckDB; or the corpus ingested into a fresh PostgreSQL sidecar, RAG_SIDECAR_URL
+    set for the module's tests (the CLI's subprocesses read it)."""
+    if request.param == "duckdb":
+        yield request.getfixturevalue("duckdb_catalog")
+        return
+    url = fresh_database(request.getfixturevalue("postgres_server"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAG_SIDECAR_URL", url)
+        settings = ingest_catalog(tmp_path_factory.mktemp("pg_catalog"))
+        assert settings.sidecar_location == url
+        assert not settings.sidecar_path.exists()  # the whole ingest wrote PostgreSQL, no DuckDB file
+        yield settings
+
+
 def run(settings: Settings, **body) -> dict:
-    return QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body).to_json()
+    return QueryRunner(settings, Sidecar(settings.sidecar_location)).run_json(body).to_json()
 
 
 def names(result: dict) -> set[str]:
@@ -44,9 +68,9 @@ def names(result: dict) -> set[str]:
 
 def test_every_property_source_lands_in_the_sidecar(catalog: Settings) -> None:
     origins = {row["origin"] for row in sql_rows(
-        Sidecar(catalog.sidecar_path), "SELECT DISTINCT origin FROM document_fields")}
+        Sidecar(catalog.sidecar_location), "SELECT DISTINCT origin FROM document_fields")}
     assert {"front_matter", "docx", "pptx", "pdf", "html"} <= origins
-    errors = sql_rows(Sidecar(catalog.sidecar_path),
+    errors = sql_rows(Sidecar(catalog.sidecar_location),
                       "SELECT d.paths[1] AS path, e.error FROM field_errors e JOIN documents d USING (sha)")
     assert [Path(row["path"]).name for row in errors] == ["brine-and-bramble.md"]
     assert "malformed YAML" in errors[0]["error"]
@@ -54,7 +78,7 @@ def test_every_property_source_lands_in_the_sidecar(catalog: Settings) -> None:
     assert broken["fields"]["title"] == {"value": "Brine & Bramble", "type": "string", "origin": "heading"}
     assert "themes" not in broken["fields"] and broken["field_errors"]
     chunks = sql_rows(
-        Sidecar(catalog.sidecar_path),
+        Sidecar(catalog.sidecar_location),
         "SELECT count(*) AS n FROM chunks c JOIN documents d USING (sha) WHERE d.paths[1] LIKE '%brine-and-bramble.md'")
     assert chunks[0]["n"] > 0  # the text is ingested all the same
 
@@ -118,7 +142,7 @@ def test_refusals_name_the_field(catalog: Settings) -> None:
         ({"op": "count", "where": ["year!=2020"]}, "use FIELD=VALUE"),
     ]:
         with pytest.raises(InputError, match=match):
-            QueryRunner(catalog, Sidecar(catalog.sidecar_path)).run_json(body)
+            QueryRunner(catalog, Sidecar(catalog.sidecar_location)).run_json(body)
 
 
 def test_row_limits_and_truncation(catalog: Settings) -> None:
@@ -131,7 +155,16 @@ def test_row_limits_and_truncation(catalog: Settings) -> None:
 
 
 def test_the_connection_is_read_only_without_external_access(catalog: Settings) -> None:
-    with Sidecar(catalog.sidecar_path).read_only() as con:
+    sidecar = Sidecar(catalog.sidecar_location)
+    if sidecar.url is not None:  # a read-only transaction (files are the server role's privileges: not a superuser)
+        for sql in ("CREATE TABLE x (i INTEGER)", "DELETE FROM documents", "UPDATE state SET value = 'x'",
+                    "INSERT INTO state VALUES ('k', 'v')", "CREATE TEMP TABLE t AS SELECT 1",
+                    "SET TRANSACTION READ WRITE"):
+            with sidecar.read_only() as con, pytest.raises(psycopg2.Error, match="read-only|must be set before"):
+                con.execute("SELECT 1")
+                con.execute(sql)
+        return
+    with sidecar.read_only() as con:
         for sql in ("CREATE TABLE x (i INTEGER)", "DELETE FROM documents", "SELECT * FROM read_csv('/etc/passwd')",
                     "SET enable_external_access = true", "COPY documents TO '/tmp/leak.csv'"):
             with pytest.raises(duckdb.Error):
@@ -141,21 +174,22 @@ def test_the_connection_is_read_only_without_external_access(catalog: Settings) 
 def test_the_time_limit_stops_a_query(catalog: Settings) -> None:
     class Slow(QueryRunner):
         def _execute(self, con, query, registry, scope):  # a query that would run for minutes
-            con.execute("SELECT count(*) FROM range(1000000000000) a").fetchall()
+            series = "range(1000000000000)" if self.sidecar.url is None else "generate_series(1, 1000000000000)"
+            con.execute(f"SELECT count(*) FROM {series} a").fetchall()
 
     with pytest.raises(QueryTimeout, match="longer than 0.3 s"):
-        Slow(catalog, Sidecar(catalog.sidecar_path), timeout_seconds=0.3).run_json({"op": "count"})
+        Slow(catalog, Sidecar(catalog.sidecar_location), timeout_seconds=0.3).run_json({"op": "count"})
 
 
 def test_a_scope_limits_what_is_counted(catalog: Settings) -> None:
-    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_path))
+    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_location))
     assert runner.run_json({"op": "count"}, Scope(sources=("catalog",))).rows == [{"count": 42}]
     assert runner.run_json({"op": "count"}, Scope(sources=("elsewhere",))).rows == [{"count": 0}]
     assert runner.run_json({"op": "count"}, Scope(tags=("legal",))).rows == [{"count": 0}]
 
 
 def test_roster_join_and_every_reconciliation_state(catalog: Settings) -> None:
-    sidecar = Sidecar(catalog.sidecar_path)
+    sidecar = Sidecar(catalog.sidecar_location)
     counts = Counter(row["status"] for row in sidecar.reconciliation())
     assert counts["MISMATCH"] == 4 and counts["MISSING_IN_ROSTER"] == 2 and counts["ROSTER_ONLY"] == 2
     assert counts["MATCH"] > 0 and counts["NOT_STATED"] > 0
@@ -179,7 +213,7 @@ def test_golden_aggregation_questions_are_exact(catalog: Settings) -> None:
     golden = load_golden(GOLDEN)
     questions = [question for question in golden.questions if question.kind == "aggregation"]
     assert len(questions) >= 24 and {q.query["op"] for q in questions} == set(NAMES)
-    report = evaluate_aggregations(questions, QueryRunner(catalog, Sidecar(catalog.sidecar_path)))
+    report = evaluate_aggregations(questions, QueryRunner(catalog, Sidecar(catalog.sidecar_location)))
     assert report["misses"] == [] and report["accuracy"] == 1.0
 
 
@@ -309,7 +343,7 @@ def test_http_query_and_fields(catalog: Settings) -> None:
 
         with ThreadPoolExecutor(6) as pool:
             statuses = pool.map(hammer, range(6))
-            sidecar = Sidecar(catalog.sidecar_path)
+            sidecar = Sidecar(catalog.sidecar_location)
             for round_ in range(10):
                 sidecar.set_state("bench", str(round_))
             assert [status for batch in statuses for status in batch] == [200] * 48
@@ -332,7 +366,7 @@ def test_evaluation_slices_by_kind(catalog: Settings) -> None:
 
 def refused(settings: Settings, body: dict, code: str, match: str | None = None) -> InputError:
     with pytest.raises(InputError, match=match) as caught:
-        QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(body)
+        QueryRunner(settings, Sidecar(settings.sidecar_location)).run_json(body)
     assert caught.value.code == code, caught.value
     return caught.value
 
@@ -506,8 +540,16 @@ def test_semi_joins_empty_and_contains(catalog: Settings) -> None:
     refused(catalog, {"op": "count", "where": {"themes": {"empty": "yes"}}}, "invalid_where")
 
 
+def test_the_corpus_profile_counts_documents_and_values(catalog: Settings) -> None:
+    profile = build_profile(Sidecar(catalog.sidecar_location), None)
+    publishers = {row["value"] for row in run(catalog, op="distinct", field="publisher")["rows"]}
+    assert profile.documents == 42 and profile.fields["publisher"].kind == "string"
+    assert profile.fields["publisher"].distinct == len(publishers) and \
+        set(profile.fields["publisher"].values.values()) == publishers
+
+
 def test_the_request_filters_bound_every_query_of_the_tree(catalog: Settings) -> None:
-    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_path))
+    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_location))
     body = {"op": "count", "where": {"project_id": {"in": {"op": "distinct", "field": "project_id"}}}}
     assert runner.run_json(body).rows == [{"count": 27}]
     # the request's filter holds in the subquery too: only press pages' ids, and only press pages counted
@@ -536,7 +578,7 @@ def test_text_matches_ignore_case_spaces_and_number(catalog: Settings) -> None:
 
 
 def test_reconciliation_is_a_query(catalog: Settings) -> None:
-    sidecar = Sidecar(catalog.sidecar_path)
+    sidecar = Sidecar(catalog.sidecar_location)
     mismatches = run(catalog, op="reconciliation", where={"status": "mismatch"})
     truth = sidecar.reconciliation("MISMATCH")
     assert len(mismatches["rows"]) == len(truth) == 4
@@ -567,7 +609,7 @@ def test_results_state_their_operation_and_the_composer_lists_everything(catalog
     from rag_pipeline.chat.compose import describe, number, unit_of
     from rag_pipeline.structured.query import QueryResult
 
-    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_path))
+    runner = QueryRunner(catalog, Sidecar(catalog.sidecar_location))
     body = {"op": "avg", "field": "budget_k", "where": {"type": "md", "genre": "puzzle"}}
     average = runner.run_json(body)
     assert average.rows[0]["value"] == pytest.approx(152.58333333333334)  # full precision in the result

@@ -50,7 +50,7 @@ def test_postgres_instance_loads(postgres_home: Path) -> None:
         concurrency = instance.get_concurrency_config()
         assert concurrency.run_queue_config.max_concurrent_runs == 4
         assert concurrency.pool_config.default_pool_limit == 1
-        assert concurrency.pool_config.pool_granularity.value == "run"
+        assert concurrency.pool_config.pool_granularity.value == "op"
 
 
 @pytest.mark.slow

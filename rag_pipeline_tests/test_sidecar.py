@@ -20,6 +20,9 @@ from rag_pipeline.sidecar import DOCUMENT_COLUMNS, ChatStore, Sidecar
 from rag_pipeline.sidecar.connection import SidecarFile
 from rag_pipeline.sidecar.migrations import STEPS, upgrade
 
+from .pg_server import postgres_server  # noqa: F401  (a fixture: the PostgreSQL backend's server)
+from .sidecar_backends import location_for, sidecar_location  # noqa: F401  (a fixture: both backends)
+
 STEP_NAMES = [step.name for step in STEPS]
 TYPES = {  # the documents columns' declarations (a column's never changed once added)
     "sha": "VARCHAR PRIMARY KEY", "shard": "VARCHAR NOT NULL", "paths": "VARCHAR[] NOT NULL", "sources": "VARCHAR[]",
@@ -295,26 +298,27 @@ def test_a_sidecar_of_every_earlier_version_upgrades_in_place(tmp_path: Path, na
     assert sidecar.documents()["b" * 64]["tags"] == ["x"] and sidecar.documents()["a" * 64]["status"] == "ok"
 
 
-def test_a_new_sidecar_records_every_step_and_opening_again_applies_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "sidecar.duckdb"
+def test_a_new_sidecar_records_every_step_and_opening_again_applies_nothing(sidecar_location: Path | str) -> None:  # noqa: F811
+    path = sidecar_location
     sidecar = Sidecar(path)
     steps = recorded(sidecar)
     assert [step for step, _ in steps] == STEP_NAMES and all(when is not None for _, when in steps)
     assert [when for _, when in steps] == sorted(when for _, when in steps)  # applied in order
     with sidecar.connect() as con:
         assert {name for (name,) in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'documents'").fetchall()} == set(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'documents' "
+            "AND table_schema = current_schema()").fetchall()} == set(
             DOCUMENT_COLUMNS)
     sidecar.set_state("probe", "1")
     assert upgrade(sidecar) == [] and upgrade(Sidecar(path)) == []
     assert recorded(Sidecar(path)) == steps and Sidecar(path).get_state("probe") == "1"
 
 
-def test_the_views_are_recreated_when_their_definition_changed(tmp_path: Path) -> None:
-    sidecar = Sidecar(tmp_path / "sidecar.duckdb")
+def test_the_views_are_recreated_when_their_definition_changed(sidecar_location: Path | str) -> None:  # noqa: F811
+    sidecar = Sidecar(sidecar_location)
     sidecar.upsert([{"sha": "a" * 64, "shard": "a", "paths": ["/d/x.md"], "status": "ok"}])
     with sidecar.connect() as con:  # as a sidecar whose views an earlier version made
-        con.execute("DROP MACRO TABLE effective_of")
+        con.execute("DROP MACRO TABLE effective_of" if sidecar.url is None else "DROP FUNCTION effective_of")
         con.execute("UPDATE state SET value = 'older' WHERE key = 'views_version'")
     assert upgrade(sidecar) == []
     assert {row["name"] for row in sidecar.effective_fields_of("a" * 64)} >= {"id", "name", "path"}
@@ -356,8 +360,9 @@ def test_threads_opening_an_old_sidecar_at_once_apply_each_step_once(tmp_path: P
     assert [step for step, _ in recorded(Sidecar(path))] == STEP_NAMES
 
 
-def test_chat_turns_keep_their_owner_and_expire(tmp_path: Path) -> None:
-    sidecar = ChatStore.beside(tmp_path / "sidecar.duckdb")
+def test_chat_turns_keep_their_owner_and_expire(sidecar_location: Path | str) -> None:  # noqa: F811
+    state = Sidecar(sidecar_location).data_state()
+    sidecar = ChatStore.beside(sidecar_location)  # chat.duckdb beside the file; the same PostgreSQL database
     day = timedelta(days=1)
     assert sidecar.append_chat_turn("s1", "key:a", "hi", "hello", {"n": 1}, day) == 1
     assert sidecar.append_chat_turn("s1", "key:b", "hi", "hello", {}, day) is None  # another owner's session
@@ -369,3 +374,83 @@ def test_chat_turns_keep_their_owner_and_expire(tmp_path: Path) -> None:
     assert sidecar.append_chat_turn("s1", "key:b", "new", "start", {}, timedelta(0)) == 1
     sidecar.delete_chat_session("s1")
     assert sidecar.chat_turns("s1", "key:b", day) is None
+    assert Sidecar(sidecar_location).data_state() == state  # saving turns leaves the sidecar's state (its caches)
+
+
+def test_threads_opening_a_new_sidecar_at_once_apply_each_step_once(sidecar_location: Path | str) -> None:  # noqa: F811
+    with ThreadPoolExecutor(4) as pool:
+        reports = list(pool.map(lambda _: upgrade(SidecarFile(sidecar_location)), range(4)))
+    assert sorted(reports, key=len) == [[], [], [], STEP_NAMES]
+
+
+def test_the_repositories_read_back_what_they_wrote(sidecar_location: Path | str) -> None:  # noqa: F811
+    """Documents, sources, fields, rosters, runs and eval history through the repositories, on either backend."""
+    sidecar = Sidecar(sidecar_location)
+    sha, other = "a" * 64, "b" * 64
+    sidecar.upsert([{**OLD_DOCUMENT, "sources": ["team"], "pages": 3},
+                    {"sha": other, "shard": "b", "paths": ["/corpus/b.pdf"], "rel_path": "b.pdf", "doc_type": "pdf",
+                     "status": "failed", "error": "broken", "sources": ["team"], "tags": []}])
+    sidecar.upsert([{"sha": sha, "chars": 99}])  # a partial row keeps the other columns
+    stored = sidecar.documents()[sha]
+    assert (stored["chars"], stored["title"], stored["first_seen_at"], stored["tags"]) == (99, "Pump", STAMP, ["ops"])
+    assert sidecar.documents(["b"]).keys() == {other} and sidecar.shas_by_shard() == {"a": [sha], "b": [other]}
+    assert sidecar.failed_documents() == [{"path": "/corpus/b.pdf", "error": "broken"}]
+    assert sidecar.totals_by_tag() == [{"tag": "ops", "documents": 1, "chunks": 2},
+                                       {"tag": None, "documents": 1, "chunks": 0}]
+    assert sidecar.record_source("team", "roots", ["/corpus"], [
+        {"source": "team", "path": "/corpus/notes/pump.md", "root": "/corpus", "sha": sha, "bytes": 120,
+         "doc_type": "md", "tags": ["ops"]}], [("/corpus/empty.md", "empty file")])
+    assert not sidecar.record_source("team", "roots", ["/corpus"], sidecar.source_files_of("team"),
+                                     [("/corpus/empty.md", "empty file")])
+    assert sidecar.totals_by_source() == [{"source": "team", "kind": "roots", "documents": 2, "failed": 1,
+                                           "pending": 0, "chunks": 2}]
+    sidecar.replace_catalogue([sha], [{"chunk_id": "k1", "sha": sha, "shard": "a", "chunk_set": "c1",
+                                       "chunk_index": 0, "heading_path": "Pump", "line_start": 1, "page": None,
+                                       "chars": 40}], [{"sha": sha, "shard": "a", "kind": "email", "count": 2}])
+    assert sidecar.catalogued_by_shard("c1") == {"a": {sha}}
+    assert sidecar.redaction_totals() == [{"kind": "email", "findings": 2, "documents": 1}]
+    sidecar.replace_fields([{"sha": sha, "name": "project", "position": 0, "kind": "string", "text_value": "P-1",
+                             "number_value": None, "date_value": None, "origin": "front_matter"}], [sha])
+    sidecar.replace_roster("projects", {"name": "projects", "path": "p.csv", "key": "project_id",
+                                        "document_key": "project", "authoritative": ["owner"], "sha": "d1",
+                                        "rows": 1, "problems": []},
+                           [{"roster": "projects", "key": "P-1", "name": "owner", "position": 0, "kind": "string",
+                             "text_value": "Ada", "number_value": None, "date_value": None, "authoritative": True}])
+    fields = {row["name"]: row for row in sidecar.effective_fields_of(sha)}
+    assert (fields["owner"]["text_value"], fields["owner"]["origin"]) == ("Ada", "roster:projects")
+    assert (fields["folder"]["text_value"], fields["name"]["text_value"]) == ("notes", "pump.md")
+    assert fields["ingested_at"]["text_value"] == "2025-03-01T12:00:00"
+    assert sidecar.field_labels([sha], ["owner", "project"]) == {sha: ["owner=Ada", "project=P-1"]}
+    sidecar.record_run("r1", "raw_documents", ["a"], {"added": 1}, 0.5, {"added": [sha]})
+    assert sidecar.run_actions(["r1"]) == {("raw_documents", "added"): {sha}}
+    sidecar.record_eval("e1", "sample", "v1", "docs", 3, {"recall@5": 0.9})
+    assert [row["metrics"] for row in sidecar.eval_history("sample")] == [{"recall@5": 0.9}]
+    sidecar.delete([other])
+    assert sidecar.document_shas() == {sha}
+
+
+def write_concurrently(location: str, worker: int, rounds: int) -> None:
+    """In a child process: merge this worker's column into the shared documents and append chat turns."""
+    sidecar = Sidecar(location)
+    for round_ in range(rounds):
+        sidecar.upsert([{"sha": "a" * 64, "shard": "a", "paths": ["/d/a.md"], f"{'pages' if worker else 'chars'}":
+                         round_}])
+        ChatStore.beside(location).append_chat_turn("s", "key", f"{worker}-{round_}", "", {}, timedelta(days=1))
+
+
+def test_workers_writing_a_postgres_sidecar_at_once_lose_no_update(postgres_server, request) -> None:  # noqa: F811
+    location = location_for("postgres", request, Path())
+    Sidecar(location)
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=write_concurrently, args=(location, worker, 15)) for worker in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    sidecar = Sidecar(location)
+    document = sidecar.documents()["a" * 64]
+    assert (document["chars"], document["pages"]) == (14, 14)  # each worker's last write kept
+    turns = ChatStore.beside(location).chat_turns("s", "key", timedelta(days=1))
+    assert [turn["turn"] for turn in turns] == list(range(1, 31))
+    assert {turn["message"] for turn in turns} == {f"{w}-{r}" for w in range(2) for r in range(15)}

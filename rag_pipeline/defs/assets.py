@@ -9,6 +9,7 @@ from typing import Any
 
 import dagster as dg
 
+from rag_pipeline.defs.location import DEFINITION_SETTINGS
 from rag_pipeline.defs.partitions import SHARDS
 from rag_pipeline.defs.resources import STORE_POOL, RagResource
 from rag_pipeline.ingest.catalogue import sync_catalogue
@@ -42,14 +43,13 @@ TABLE_COLUMNS = {
 OWNERS = ["team:rag-platform"]
 TOTALS = "totals"  # metadata key of a stage's StageTotals (JSON), which the in-process runner sums
 GENERATION = "generation"  # metadata key of index_generation's GenerationReport (JSON)
-SHARDED = {
-    "partitions_def": SHARDS,
-    "backfill_policy": dg.BackfillPolicy.single_run(),
-    "pool": STORE_POOL,
-    "owners": OWNERS,
-}
+SHARDED = {"partitions_def": SHARDS, "backfill_policy": dg.BackfillPolicy.single_run(), "owners": OWNERS}
 INGEST = {**SHARDED, "group_name": "ingest"}  # source files to chunks
 INDEX = {**SHARDED, "group_name": "index"}  # chunks to vectors, index and sidecar
+# The steps whose writes must be serialised hold this pool (limit 1 in the instance): discovery and purges, the
+# embedded store's single writer, the sidecar's chunk rows. The per-document stages hold none, so those of
+# different runs (shard ranges) run at once; with a Qdrant server, so do the upserts of vector_index.
+INDEX_POOL = None if DEFINITION_SETTINGS.qdrant_url else STORE_POOL
 
 
 def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -> dg.TableMetadataValue:
@@ -152,7 +152,7 @@ def source_manifest(rag: RagResource) -> dg.MaterializeResult:
     })
 
 
-@dg.asset(**INGEST, kinds={"python"})
+@dg.asset(**INGEST, kinds={"python"}, pool=STORE_POOL)
 def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Discover the sources, snapshot new documents' bytes, drop vanished SHAs (their points first, from the
     generation being built and the one queries use), record current paths, tags and sources."""
@@ -232,6 +232,7 @@ def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materi
 @dg.asset(
     **INDEX,
     kinds={"qdrant"},
+    pool=INDEX_POOL,
     deps=[embeddings],
     check_specs=[dg.AssetCheckSpec("points_match_sidecar_chunks", asset="vector_index", blocking=True)],
 )
@@ -244,7 +245,7 @@ def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mate
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("points_match_sidecar_chunks", report)])
 
 
-@dg.asset(**INDEX, kinds={"duckdb"}, deps=[vector_index])
+@dg.asset(**INDEX, kinds={"duckdb"}, pool=STORE_POOL, deps=[vector_index])
 def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Chunk and redaction rows of every document in the DuckDB sidecar, for exact questions."""
     report = sync_catalogue(rag.settings, context.partition_keys, rag.sidecar())

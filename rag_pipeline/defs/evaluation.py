@@ -42,7 +42,7 @@ def questions_table(report: dict) -> dg.TableMetadataValue:
 def eval_report(context: dg.AssetExecutionContext, retrieval: RetrievalResource) -> dg.MaterializeResult:
     settings = retrieval.settings
     report = evaluate_index(settings)
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     history = sidecar.eval_history(report["golden"], limit=1)
     previous = history[0] if history else None
     figures = headline(report)

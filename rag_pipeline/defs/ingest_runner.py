@@ -3,12 +3,13 @@ generation, and summarise it.
 
 The CLI's `ingest`, `reindex`, `upload` and `remove` (and `beir`, `guard-eval`) and the API's `POST /ingest` and
 uploads call `ingest` here: it is the one place outside the Dagster UI that launches runs. The summary is added
-up from each stage's typed StageTotals and the sidecar's record of what each run did to each document.
+up from each stage's typed StageTotals and the sidecar's record of what each run did to each document. With
+RAG_INGEST_WORKERS > 1 the per-document stages of a run's shards run in shard worker processes
+(defs/shard_workers.py) between the serialised stages.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -17,19 +18,35 @@ from typing import Any
 
 import dagster as dg
 
-from rag_pipeline.defs.assets import GENERATION, INGEST_ASSETS, TOTALS, corpus_summary, index_generation
+from rag_pipeline.defs.assets import (
+    GENERATION,
+    INGEST_ASSETS,
+    corpus_summary,
+    index_generation,
+    metadata_sidecar,
+    raw_documents,
+    vector_index,
+)
 from rag_pipeline.defs.field_assets import document_enrichment, roster
-from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
+from rag_pipeline.defs.local_runs import (
+    DATA_DIR_TAG,
+    QUIET_LOGS,
+    dagster_instance,
+    materialize_stages,
+    release_killed_runs,
+    run_failure,
+    stage_totals,
+)
+from rag_pipeline.defs.partitions import shard_runs
 from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.defs.shard_workers import ShardWorkers
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.membership import forget_source
 from rag_pipeline.ingest.plan import pending_shards
-from rag_pipeline.ingest.stage import StageTotals
 from rag_pipeline.ingest.summary import IngestSummary
 from rag_pipeline.structured.freshness import stale_fields
 
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 STORE_POLL_S = 0.25  # how often an ingest tries again for the embedded store another process holds
 LOCK_PATIENCE_S = 1.0  # a server asks who holds ingest.lock by taking it for an instant
 
@@ -72,28 +89,6 @@ def held_store(rag: RagResource) -> Iterator[None]:
         store.close()
 
 
-@contextmanager
-def dagster_instance() -> Iterator[dg.DagsterInstance]:
-    """The instance in $DAGSTER_HOME when set (runs are recorded there), else an ephemeral one."""
-    if os.environ.get("DAGSTER_HOME"):
-        with dg.DagsterInstance.get() as instance:
-            yield instance
-    else:
-        with dg.DagsterInstance.ephemeral() as instance:
-            yield instance
-
-
-def stage_totals(result: dg.ExecuteInProcessResult) -> dict[str, StageTotals]:
-    """Asset name -> the StageTotals its step carried. A step over a range of shards records one materialisation
-    per shard, each with the step's metadata: the first one holds the totals."""
-    totals = {}
-    for asset in INGEST_ASSETS:
-        name = asset.key.to_user_string()
-        event = result.asset_materializations_for_node(name)[0]
-        totals[name] = StageTotals.from_json(event.metadata[TOTALS].value)
-    return totals
-
-
 def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | None = None, *,
            source: str | None = None, rediscover: bool = True, forget: str | None = None,
            progress: bool = False, add_roots: bool = False) -> dict[str, Any]:
@@ -132,18 +127,17 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     generations = rag.generations()
     target = generations.target()
     with dagster_instance() as instance:
+        release_killed_runs(instance, settings.data_dir)
         for run in shard_runs(shards):
-            result = dg.materialize(
-                INGEST_ASSETS, resources={"rag": rag}, instance=instance, tags=shard_run_tags(run),
-                run_config=QUIET_LOGS, raise_on_error=False,
-            )
-            if not result.success:
-                raise IngestFailed(run_failure(result))
-            summary.add_run(result.run_id, stage_totals(result))
+            if settings.ingest_workers > 1 and len(run) > 1:
+                parallel_run(rag, run, instance, summary)
+            else:
+                add_run(summary, materialize_stages(rag, INGEST_ASSETS, run, instance))
         if shards or generations.active_id() != target.id or stale_fields(settings, sidecar):
             after = [document_enrichment, roster, index_generation, corpus_summary]
             result = dg.materialize([*after, *INGEST_ASSETS], selection=after, resources={"rag": rag},
-                                    instance=instance, run_config=QUIET_LOGS)
+                                    instance=instance, run_config=QUIET_LOGS,
+                                    tags={DATA_DIR_TAG: str(settings.data_dir.resolve())})
             event = result.asset_materializations_for_node("index_generation")[0]
             summary.generation = event.metadata[GENERATION].value
     if summary.generation is None:
@@ -153,17 +147,24 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     return summary.to_json()
 
 
-def run_failure(result: dg.ExecuteInProcessResult) -> str:
-    """A readable reason for a failed run: failed checks first, then step errors, each by the error that caused it
-    (StoreLocked and its holder, say), not Dagster's wrapper of it."""
-    reasons = [
-        f"asset check {evaluation.check_name} failed: {evaluation.metadata.get('details').value}"
-        for evaluation in result.get_asset_check_evaluations() if not evaluation.passed
-    ]
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data.error:
-            error = event.step_failure_data.error
-            while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
-                error = error.cause
-            reasons.append(f"{event.step_key}: {error.message.strip()}")
-    return "; ".join(reasons) or "the ingest run failed"
+def add_run(summary: IngestSummary, result: dg.ExecuteInProcessResult) -> None:
+    """Count a finished run in the summary; a failed one stops the ingest (IngestFailed says why)."""
+    if not result.success:
+        raise IngestFailed(run_failure(result))
+    summary.add_run(result.run_id, stage_totals(result))
+
+
+def parallel_run(rag: RagResource, shards: list[str], instance: dg.DagsterInstance, summary: IngestSummary) -> None:
+    """The stages of `shards` with the per-document ones in RAG_INGEST_WORKERS shard workers: raw_documents here
+    (while the workers start), then the workers' runs at once, then vector_index and metadata_sidecar here (the
+    writes that must be serialised)."""
+    with ShardWorkers(rag, rag.settings.ingest_workers) as workers:
+        add_run(summary, materialize_stages(rag, [raw_documents], shards, instance))
+        failures = []
+        for worker_run in workers.run(shards):
+            summary.add_run(worker_run.run_id, worker_run.stage_totals())
+            if worker_run.failure:
+                failures.append(worker_run.failure)
+    if failures:
+        raise IngestFailed("; ".join(failures))
+    add_run(summary, materialize_stages(rag, [vector_index, metadata_sidecar], shards, instance))

@@ -3,12 +3,24 @@
 import dagster as dg
 
 from rag_pipeline.defs.assets import INGEST_ASSETS
+from rag_pipeline.defs.location import DEFINITION_SETTINGS
 from rag_pipeline.defs.partitions import SHARDS
+
+
+def ingest_executor() -> dg.ExecutorDefinition | None:
+    """The executor RAG_DAGSTER_EXECUTOR names; None: Dagster's default (multiprocess)."""
+    if DEFINITION_SETTINGS.dagster_executor == "celery":
+        from dagster_celery import celery_executor  # installed in the image only (Dockerfile)
+
+        return celery_executor
+    return None
+
 
 ingest_job = dg.define_asset_job(
     "ingest_job",
     selection=dg.AssetSelection.assets(*INGEST_ASSETS),
     partitions_def=SHARDS,
+    executor_def=ingest_executor(),
     description="Sync the selected shards: new SHAs ingested, vanished SHAs purged, unchanged SHAs skipped.",
 )
 

@@ -35,6 +35,20 @@ def shard_runs(shards: Sequence[str], keys: Sequence[str] = SHARDS.get_partition
     return runs
 
 
+def shard_ranges(shards: Sequence[str], workers: int) -> list[list[str]]:
+    """The shards split into at most `workers` contiguous ranges of near-equal size (a run covers a key range, so
+    ranges must not interleave)."""
+    ordered = sorted(shards)
+    count = max(1, min(workers, len(ordered)))
+    size, extra = divmod(len(ordered), count)
+    ranges, start = [], 0
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        ranges.append(ordered[start:end])
+        start = end
+    return ranges
+
+
 def shard_run_tags(shards: Sequence[str]) -> dict[str, str]:
     """Tags that make one run cover every given shard (the key range from the first to the last).
 

@@ -69,7 +69,7 @@ class RagResource(dg.ConfigurableResource):
         return [spec]
 
     def sidecar(self) -> Sidecar:
-        return Sidecar(self.settings.sidecar_path)
+        return Sidecar(self.settings.sidecar_location)
 
     def converter(self) -> DocumentConverter:
         """The converter of the settings' PDF pipeline and conversion limits (docling itself runs in conversion

@@ -7,7 +7,7 @@ import dagster as dg
 
 from rag_pipeline.defs.assets import INGEST_ASSETS
 from rag_pipeline.defs.jobs import corpus_summary_job, ingest_job
-from rag_pipeline.defs.partitions import shard_run_tags, shard_runs
+from rag_pipeline.defs.partitions import shard_ranges, shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.errors import StoreLocked
 from rag_pipeline.ingest.discover import Manifest
@@ -32,8 +32,9 @@ def shard_digests(settings: Settings, manifest: Manifest) -> dict[str, str]:
 
 @dg.sensor(job=ingest_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -> dg.SensorResult | dg.SkipReason:
-    """One run for the affected shards (several when they lie far apart among 256 shards: see shard_runs); the
-    cursor holds per-shard digests so an unchanged tree requests nothing.
+    """One run for the affected shards (several when they lie far apart among 256 shards: see shard_runs), split
+    into RAG_INGEST_WORKERS runs over contiguous shard ranges whose per-document steps run at once; the cursor
+    holds per-shard digests so an unchanged tree requests nothing.
 
     With no cursor yet (first tick), the shards whose stored state differs from the tree are requested.
     """
@@ -59,7 +60,8 @@ def source_files_sensor(context: dg.SensorEvaluationContext, rag: RagResource) -
     # a tag rule reverted) is ingested again.
     transition = f"{context.cursor}|{cursor}|{context.last_tick_completion_time}"
     run_key = hashlib.sha256(transition.encode()).hexdigest()[:16]
-    requests = [dg.RunRequest(run_key=f"{run_key}-{run[0]}", tags=shard_run_tags(run)) for run in shard_runs(affected)]
+    requests = [dg.RunRequest(run_key=f"{run_key}-{shards[0]}", tags=shard_run_tags(shards))
+                for run in shard_runs(affected) for shards in shard_ranges(run, settings.ingest_workers)]
     return dg.SensorResult(run_requests=requests, cursor=cursor)
 
 

@@ -37,7 +37,7 @@ def quality_gate(latest: Mapping[str, float], previous: Mapping[str, float] | No
 
 def recorded_gate(settings: Settings, golden: str) -> GateResult:
     """The gate over the two latest evaluations of the golden set recorded in the sidecar."""
-    history = Sidecar(settings.sidecar_path).eval_history(golden, limit=2)
+    history = Sidecar(settings.sidecar_location).eval_history(golden, limit=2)
     if not history:
         return GateResult(False, "no evaluation recorded yet", {})
     return quality_gate(history[0]["metrics"], history[1]["metrics"] if len(history) > 1 else None, settings)
@@ -45,5 +45,5 @@ def recorded_gate(settings: Settings, golden: str) -> GateResult:
 
 def previous_metrics(settings: Settings, golden: str) -> dict[str, float] | None:
     """The headline metrics of the latest recorded evaluation of the golden set, or None."""
-    history = Sidecar(settings.sidecar_path).eval_history(golden, limit=1)
+    history = Sidecar(settings.sidecar_location).eval_history(golden, limit=1)
     return history[0]["metrics"] if history else None

@@ -21,7 +21,7 @@ HEADLINE = ("recall@5", "recall@10", "ndcg@10", "mrr@10", "map", "precision@5", 
 def evaluate_index(settings: Settings, golden_path: str | Path | None = None, *, top_k: int = 10,
                    granularity: Granularity = "file", with_answers: bool = True) -> dict[str, Any]:
     """The report of the golden set against the current index (`index_version` says which one was measured)."""
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     documents = sidecar.documents()
     known_paths = [path for row in documents.values() if row["status"] != "failed" for path in row["paths"]]
     golden = load_golden(golden_path or settings.eval_golden_path, known_paths)
@@ -50,7 +50,7 @@ def evaluate_chat_on_index(settings: Settings, golden_path: str | Path, paraphra
     from rag_pipeline.chat.turn import ChatService
     from rag_pipeline.evaluate.chat_eval import evaluate_chat
 
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     golden = load_golden(golden_path)
     try:
         phrasings = yaml.safe_load(Path(paraphrases).read_text()) if paraphrases else {}
@@ -60,7 +60,7 @@ def evaluate_chat_on_index(settings: Settings, golden_path: str | Path, paraphra
     try:
         answerer = components.answerer(settings, retriever)
         chat = ChatService(settings, answerer, sidecar,
-                           ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
+                           ChatMemory(ChatStore.beside(settings.sidecar_location), settings.chat_retention_days),
                            build_llm(settings))
         return evaluate_chat(golden.questions, chat, answerer, QueryRunner(settings, sidecar), phrasings,
                              Path(conversations) if conversations else None)

@@ -150,7 +150,7 @@ def store_upload(settings: Settings, source: str, filename: str, data: bytes,
     sha = hashlib.sha256(data).hexdigest()
     root = upload_root(settings, source)
     with _store_lock:
-        sidecar = Sidecar(settings.sidecar_path)
+        sidecar = Sidecar(settings.sidecar_location)
         stale = []
         for row in sidecar.uploads(source, sha):
             if Path(row["path"]).is_file():
@@ -215,7 +215,7 @@ def remove_document(settings: Settings, source: str, document_id: str) -> list[s
     check_document_id(document_id)
     root = upload_root(settings, source)
     with _store_lock:
-        sidecar = Sidecar(settings.sidecar_path)
+        sidecar = Sidecar(settings.sidecar_location)
         recorded = [row["path"] for row in sidecar.uploads(source, document_id)]
         synced = [row["path"] for row in sidecar.source_files_of(source)
                   if row["sha"] == document_id and Path(row["path"]).resolve().is_relative_to(root)]
@@ -259,7 +259,7 @@ def known_source(settings: Settings, sidecar: Sidecar, source: str) -> SourceSpe
 def list_documents(settings: Settings, source: str, scope_tags: Iterable[str] | None = None) -> dict[str, Any]:
     """The documents of `source` (what it held at its last sync, plus uploads not synced yet, as pending) and the
     refusals of its last scan. With `scope_tags`, only documents with one of those tags."""
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     spec = known_source(settings, sidecar, source)
     is_uploads = spec is not None and spec.uploads
     held: dict[str, list[dict[str, Any]]] = {}
@@ -312,7 +312,7 @@ def doc_type_of(path: str) -> str | None:
 def sources_overview(settings: Settings, with_roots: bool = False) -> list[dict[str, Any]]:
     """Every source, configured or synced: name, kind, documents, pending, failed, chunks (and, `with_roots`, the
     roots: the CLI runs on the server; the API shows no filesystem paths)."""
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     configured = configured_sources(settings)
     synced = sidecar.sources()
     totals = {row["source"]: row for row in sidecar.totals_by_source()}

@@ -44,11 +44,11 @@ class Services:
 
 def build_services(settings: Settings, retriever: Retriever | None = None) -> Services:
     """The services of one app (or of the MCP server on stdio) over `retriever`, else the configured one."""
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     return Services(
         settings=settings, runtime=Runtime(settings, retriever), metrics=Metrics(),
         ingest_jobs=IngestJobs(settings.data_dir), sidecar=sidecar, query_runner=QueryRunner(settings, sidecar),
-        chat_memory=ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
+        chat_memory=ChatMemory(ChatStore.beside(settings.sidecar_location), settings.chat_retention_days),
         search_threads=CapacityLimiter(settings.api_search_threads), auth=Auth(settings),
         paths=ServerPaths(settings, sidecar))
 

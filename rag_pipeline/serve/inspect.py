@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentPars
 
 def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str, Any]] | dict[str, Any], str]:
     """(rows or an object, a title) for the chosen view; NotFound when a document is not found."""
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     if args.view == "documents":
         return documents(sidecar, args.status, args.doc_type, args.path, args.limit, tag=args.tag), "documents"
     if args.view == "chunks":

@@ -159,7 +159,7 @@ class ServerPaths:
 
     def current(self) -> PublicPaths:
         sources_file = Path(self.settings.sources_file) if self.settings.sources_file else None
-        state = (file_state(self.sidecar.path), file_state(sources_file) if sources_file else None)
+        state = (self.sidecar.data_state(), file_state(sources_file) if sources_file else None)
         return self._cache.get("paths", state, self._read)
 
     def _read(self) -> PublicPaths:

@@ -1,4 +1,5 @@
-"""Connections to the sidecar's DuckDB file.
+"""Connections to the sidecar: its DuckDB file (the default), or a PostgreSQL server when its location is a
+postgresql:// URL (postgres.py).
 
 DuckDB allows one writer process at a time, so every operation opens its own short-lived connection and retries
 briefly when another process holds the file lock (or another thread of this one is opening or closing the file:
@@ -19,13 +20,18 @@ import duckdb
 import pandas as pd
 
 from rag_pipeline.errors import StoreUnavailable
+from rag_pipeline.sidecar import postgres
 
 LOCK_RETRY_SECONDS = 10.0
 READ_ONLY_CONFIG = {"enable_external_access": False, "lock_configuration": True, "threads": 1, "max_memory": "512MB"}
 READ_ONLY_WAIT_SECONDS = 5.0
 
 
-def records(cursor: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+Connection = duckdb.DuckDBPyConnection | postgres.PostgresConnection
+Interrupted = (duckdb.InterruptException, postgres.Interrupted)  # what a statement stopped by interrupt() raises
+
+
+def records(cursor: Any) -> list[dict[str, Any]]:
     """Rows of an executed query as dicts (NULL stays None)."""
     names = [column[0] for column in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -36,13 +42,34 @@ def now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def insert_rows(con: duckdb.DuckDBPyConnection, table: str, columns: Sequence[str], rows: Sequence[Any],
+def file_state(path: Path) -> tuple:
+    """What changes whenever the file (or its write-ahead log) is written."""
+    def stat(file: Path) -> tuple[int, int] | None:
+        try:
+            info = file.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size
+    return stat(path), stat(path.with_name(path.name + ".wal"))
+
+
+def insert_rows(con: Connection, table: str, columns: Sequence[str], rows: Sequence[Any],
                 *, replace: bool = False) -> None:
-    """Insert `rows` (dicts or tuples in `columns` order) into `table` as one statement."""
+    """Insert `rows` (dicts or tuples in `columns` order) into `table` as one statement; `replace`: a row whose
+    primary key is stored replaces it."""
     if not rows:
         return
-    con.register("incoming", pd.DataFrame(list(rows), columns=list(columns), dtype=object))
+    if isinstance(con, postgres.PostgresConnection):
+        con.insert_rows(table, columns, rows, replace=replace)
+        return
     names = ", ".join(columns)
+    if len(rows) == 1:  # a plain statement: a DataFrame scan failed ("pandas_scan does not exist") while the
+        row = rows[0]   # API's threads were reading the file
+        values = [row[column] for column in columns] if isinstance(row, dict) else list(row)
+        con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) VALUES "
+                    f"({', '.join('?' * len(columns))})", values)
+        return
+    con.register("incoming", pd.DataFrame(list(rows), columns=list(columns), dtype=object))
     con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) SELECT {names} FROM incoming")
     con.unregister("incoming")
 
@@ -119,14 +146,21 @@ def open_retrying(opener: Callable[[], duckdb.DuckDBPyConnection], path: Path,
 
 
 class SidecarFile:
-    """The DuckDB file at `path` and its connections: the base of every repository of the sidecar."""
+    """The sidecar at `location` (a DuckDB file's path, or a postgresql:// URL) and its connections: the base of
+    every repository of the sidecar."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, location: Path | str) -> None:
+        self.url = location if postgres.is_postgres_url(location) else None
+        self.location = location
+        self.path = Path(location) if self.url is None else None
 
     @contextmanager
-    def connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def connect(self) -> Iterator[Connection]:
         """A read-write connection (retried briefly while another process holds the file)."""
+        if self.url is not None:
+            with postgres.connect(self.url) as con:
+                yield con
+            return
         with gate_for(self.path).hold("read-write", LOCK_RETRY_SECONDS, self.path):
             con = open_retrying(lambda: duckdb.connect(str(self.path)), self.path, LOCK_RETRY_SECONDS)
             try:
@@ -135,9 +169,13 @@ class SidecarFile:
                 con.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def transaction(self) -> Iterator[Connection]:
         """A read-write connection inside one transaction: committed when the block ends, rolled back when it
-        raises."""
+        raises. On PostgreSQL it holds the sidecar's write lock (one writing transaction at a time, as DuckDB)."""
+        if self.url is not None:
+            with postgres.transaction(self.url) as con:
+                yield con
+            return
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -148,9 +186,13 @@ class SidecarFile:
             con.execute("COMMIT")
 
     @contextmanager
-    def read_only(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def read_only(self) -> Iterator[Connection]:
         """A read-only connection with external access off and its configuration locked (what the metadata query
         tool runs on): it can read the sidecar's tables and nothing else, and change nothing."""
+        if self.url is not None:
+            with postgres.read_only(self.url) as con:
+                yield con
+            return
         with gate_for(self.path).hold("read-only", READ_ONLY_WAIT_SECONDS, self.path):
             con = open_retrying(lambda: duckdb.connect(str(self.path), read_only=True, config=READ_ONLY_CONFIG),
                                 self.path, READ_ONLY_WAIT_SECONDS)
@@ -158,6 +200,10 @@ class SidecarFile:
                 yield con
             finally:
                 con.close()
+
+    def data_state(self) -> Any:
+        """What changes whenever the sidecar is written (its file's state; PostgreSQL's change counter)."""
+        return file_state(self.path) if self.url is None else postgres.change_count(self.url)
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """The rows of one read, as dicts (for the repositories' own SQL)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rag_pipeline.sidecar.connection import SidecarFile, insert_rows, now
+from rag_pipeline.sidecar.connection import SidecarFile, insert_rows, now, records
 from rag_pipeline.sidecar.schema import CHUNK_COLUMNS, DOCUMENT_COLUMNS, REDACTION_COLUMNS
 
 SELECT_DOCUMENTS = f"SELECT {', '.join(DOCUMENT_COLUMNS)} FROM documents"
@@ -29,17 +29,18 @@ class DocumentTables(SidecarFile):
         rows = list(rows)
         if not rows:
             return
-        stored = self.documents_by_sha([row["sha"] for row in rows])
-        merged = []
-        stamp = now()
-        for row in rows:
-            record = {column: None for column in DOCUMENT_COLUMNS}
-            record.update(stored.get(row["sha"], {}))
-            record.update(row)
-            record["first_seen_at"] = record["first_seen_at"] or stamp
-            record["updated_at"] = stamp
-            merged.append(record)
-        with self.connect() as con:
+        with self.transaction() as con:  # read and write in one transaction: a concurrent writer's update is kept
+            stored = {row["sha"]: row for row in records(con.execute(
+                SELECT_DOCUMENTS + " WHERE list_contains(?, sha)", [[row["sha"] for row in rows]]))}
+            merged = []
+            stamp = now()
+            for row in rows:
+                record = {column: None for column in DOCUMENT_COLUMNS}
+                record.update(stored.get(row["sha"], {}))
+                record.update(row)
+                record["first_seen_at"] = record["first_seen_at"] or stamp
+                record["updated_at"] = stamp
+                merged.append(record)
             insert_rows(con, "documents", list(DOCUMENT_COLUMNS), merged, replace=True)
 
     def delete(self, shas: Iterable[str]) -> None:
@@ -78,7 +79,7 @@ class DocumentTables(SidecarFile):
     def totals_by_type(self) -> list[dict[str, Any]]:
         """Documents, failures and chunks per document type."""
         return self._rows(
-            "SELECT doc_type, count(*) AS documents, count(*) FILTER (status = 'failed') AS failed, "
+            "SELECT doc_type, count(*) AS documents, count(*) FILTER (WHERE status = 'failed') AS failed, "
             "coalesce(sum(chunks), 0) AS chunks, coalesce(sum(redactions), 0) AS redactions "
             "FROM documents GROUP BY doc_type ORDER BY doc_type"
         )
@@ -87,7 +88,7 @@ class DocumentTables(SidecarFile):
         """Documents and chunks per tag (a document counts under each of its tags), then the untagged ones."""
         return self._rows(
             "SELECT tag, count(*) AS documents, coalesce(sum(chunks), 0) AS chunks FROM ("
-            "  SELECT unnest(tags) AS tag, chunks FROM documents) GROUP BY tag "
+            "  SELECT unnest(tags) AS tag, chunks FROM documents) tagged GROUP BY tag "
             "UNION ALL SELECT NULL, count(*), coalesce(sum(chunks), 0) FROM documents WHERE len(tags) = 0 "
             "OR tags IS NULL ORDER BY tag NULLS LAST"
         )

@@ -56,7 +56,7 @@ class FieldTables(SidecarFile):
         if not shas or not names:
             return {}
         return {row["sha"]: list(row["labels"]) for row in self._rows(
-            "SELECT sha, list(DISTINCT name || '=' || text_value ORDER BY name || '=' || text_value) AS labels "
+            "SELECT sha, array_agg(DISTINCT name || '=' || text_value ORDER BY name || '=' || text_value) AS labels "
             "FROM effective_fields WHERE list_contains(?, sha) AND list_contains(?, name) GROUP BY sha",
             [shas, names])}
 

@@ -50,4 +50,4 @@ class HistoryTables(SidecarFile):
 
     def set_state(self, key: str, value: str) -> None:
         with self.connect() as con:
-            con.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [key, value])
+            insert_rows(con, "state", ["key", "value"], [(key, value)], replace=True)

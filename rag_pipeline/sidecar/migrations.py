@@ -7,7 +7,12 @@ rest are applied. The steps are idempotent (IF NOT EXISTS) because such a sideca
 before the tags column created new tables but did not add the new columns of an existing documents table.
 
 Every step of one upgrade, its records and the views land in one transaction. Two processes cannot upgrade at once
-(DuckDB gives one process at a time the file for writing); threads of one process take turns on a lock.
+(DuckDB gives one process at a time the file for writing; on PostgreSQL the transaction holds the sidecar's write
+lock); threads of one process take turns on a lock.
+
+The steps are written in DuckDB's DDL, which PostgreSQL runs through postgres.ddl; PostgreSQL's views are
+schema.POSTGRES_VIEWS, after the few DuckDB functions they use (postgres.COMPAT_FUNCTIONS), and its tables get the
+change counter's triggers (postgres.CHANGE_COUNTER).
 
 A change of the schema is a new step at the end of STEPS; a step once released is never edited. The views are
 not steps: they are recreated whenever a step is applied or their definition (schema.VIEWS) changed.
@@ -21,11 +26,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
+from rag_pipeline.sidecar import postgres
 from rag_pipeline.sidecar.chat_tables import ChatStore
-from rag_pipeline.sidecar.connection import SidecarFile, insert_rows, now, records
-from rag_pipeline.sidecar.schema import SOURCE_FILE_COLUMNS, VIEWS, VIEWS_VERSION, refresh_links
+from rag_pipeline.sidecar.connection import Connection, SidecarFile, insert_rows, now, records
+from rag_pipeline.sidecar.schema import (
+    DUCKDB_VIEWS,
+    POSTGRES_VIEWS,
+    SOURCE_FILE_COLUMNS,
+    VIEWS_VERSION,
+    refresh_links,
+)
 
 DEFAULT_SOURCE = "default"  # the source that documents of a sidecar from before named sources join
 VIEWS_STATE_KEY = "views_version"  # the state row naming the version of the views the sidecar holds
@@ -37,10 +47,10 @@ class Step:
     sql: str  # idempotent DDL
     marks: tuple[str, ...]  # tables and table.columns whose presence shows an unrecorded sidecar has this step
     # (none: a step made after steps were recorded, which an unrecorded sidecar never has)
-    data: Callable[[duckdb.DuckDBPyConnection], None] | None = None  # moves existing rows, after the DDL
+    data: Callable[[Connection], None] | None = None  # moves existing rows, after the DDL
 
 
-def move_into_default_source(con: duckdb.DuckDBPyConnection) -> None:
+def move_into_default_source(con: Connection) -> None:
     """A sidecar from before named sources: its documents join the source `default`, whose roots are derived from
     each document's first path and its root-relative path; the last scan's refusals move to `refusals`."""
     rows = records(con.execute("SELECT sha, paths, rel_path, bytes, doc_type, tags FROM documents"))
@@ -54,9 +64,11 @@ def move_into_default_source(con: duckdb.DuckDBPyConnection) -> None:
                             "bytes": row["bytes"], "doc_type": row["doc_type"], "tags": row["tags"] or []})
     if members:
         insert_rows(con, "source_files", SOURCE_FILE_COLUMNS, members, replace=True)
-        con.execute("INSERT OR REPLACE INTO sources VALUES (?, 'roots', ?, NULL)", [DEFAULT_SOURCE, roots])
-    con.execute("UPDATE documents SET sources = [?] WHERE sources IS NULL", [DEFAULT_SOURCE])
-    if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'source_errors'").fetchone()[0]:
+        insert_rows(con, "sources", ["name", "kind", "roots", "synced_at"], [(DEFAULT_SOURCE, "roots", roots, None)],
+                    replace=True)
+    con.execute("UPDATE documents SET sources = ? WHERE sources IS NULL", [[DEFAULT_SOURCE]])
+    if con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'source_errors' "
+                   "AND table_schema = current_schema()").fetchone()[0]:
         con.execute("INSERT INTO refusals SELECT ?, path, reason, seen_at FROM source_errors", [DEFAULT_SOURCE])
         con.execute("DROP TABLE source_errors")
 
@@ -135,8 +147,12 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-def move_chat_out(con: duckdb.DuckDBPyConnection) -> None:
-    """Chat sessions and turns move to the chat file beside the sidecar (chat_tables.py says why)."""
+
+def move_chat_out(con: Connection) -> None:
+    """Chat sessions and turns move to the chat file beside the sidecar (chat_tables.py says why). On PostgreSQL
+    they stay where they are: the chat store is the sidecar's own database there."""
+    if isinstance(con, postgres.PostgresConnection):
+        return
     (sidecar_path,) = con.execute(
         "SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
     sessions = con.execute("SELECT id, owner, created_at, updated_at FROM chat_sessions").fetchall()
@@ -145,22 +161,25 @@ def move_chat_out(con: duckdb.DuckDBPyConnection) -> None:
         ChatStore.beside(Path(sidecar_path)).import_rows(sessions, turns)
     con.execute("DROP TABLE chat_turns; DROP TABLE chat_sessions")
 
-_locks: dict[Path, threading.Lock] = {}
+
+_locks: dict[Path | str, threading.Lock] = {}
 _locks_lock = threading.Lock()
 
 
 def upgrade(sidecar: SidecarFile) -> list[str]:
     """Bring the sidecar to the current schema; the names of the steps it applied (none when it was current)."""
     with _locks_lock:
-        lock = _locks.setdefault(sidecar.path.resolve(), threading.Lock())
+        lock = _locks.setdefault(sidecar.path.resolve() if sidecar.url is None else sidecar.url, threading.Lock())
     with lock, sidecar.transaction() as con:
         return migrate(con)
 
 
-def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+def migrate(con: Connection) -> list[str]:
     """In the caller's transaction: record the steps an unrecorded sidecar has, apply the missing ones in order,
     and recreate the views when a step was applied or they are older than schema.VIEWS."""
-    columns = con.execute("SELECT table_name, column_name FROM information_schema.columns").fetchall()
+    on_postgres = isinstance(con, postgres.PostgresConnection)
+    columns = con.execute("SELECT table_name, column_name FROM information_schema.columns "
+                          "WHERE table_schema = current_schema()").fetchall()
     present = {table for table, _ in columns} | {f"{table}.{column}" for table, column in columns}
     if "schema_migrations" in present:
         done = {name for (name,) in con.execute("SELECT name FROM schema_migrations").fetchall()}
@@ -173,13 +192,16 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
     pending = [step for step in STEPS if step.name not in done]
     for step in pending:
         if step.sql:
-            con.execute(step.sql)
+            con.execute(postgres.ddl(step.sql) if on_postgres else step.sql)
         if step.data is not None:
             step.data(con)
         con.execute("INSERT INTO schema_migrations VALUES (?, ?)", [step.name, now()])
     stored = con.execute("SELECT value FROM state WHERE key = ?", [VIEWS_STATE_KEY]).fetchone()
     if pending or stored is None or stored[0] != VIEWS_VERSION:
-        con.execute(VIEWS)
+        if on_postgres:
+            con.execute(postgres.COMPAT_FUNCTIONS + POSTGRES_VIEWS + postgres.CHANGE_COUNTER)
+        else:
+            con.execute(DUCKDB_VIEWS)
         refresh_links(con)
-        con.execute("INSERT OR REPLACE INTO state VALUES (?, ?)", [VIEWS_STATE_KEY, VIEWS_VERSION])
+        insert_rows(con, "state", ["key", "value"], [(VIEWS_STATE_KEY, VIEWS_VERSION)], replace=True)
     return [step.name for step in pending]

@@ -7,8 +7,7 @@ read and write, and test_sidecar.py checks that a migrated sidecar has exactly t
 from __future__ import annotations
 
 import hashlib
-
-import duckdb
+from typing import Any
 
 DOCUMENT_COLUMNS: dict[str, str] = {
     "sha": "VARCHAR PRIMARY KEY",
@@ -41,6 +40,8 @@ CHUNK_COLUMNS = ["chunk_id", "sha", "shard", "chunk_set", "chunk_index", "headin
 REDACTION_COLUMNS = ["sha", "shard", "kind", "count"]
 SOURCE_FILE_COLUMNS = ["source", "path", "root", "sha", "bytes", "doc_type", "tags"]
 REFUSAL_COLUMNS = ["source", "path", "reason", "seen_at"]
+SOURCE_COLUMNS = ["name", "kind", "roots", "synced_at", "body_facts"]
+UPLOAD_COLUMNS = ["path", "source", "sha", "filename", "bytes", "uploaded_by", "uploaded_at"]
 FIELD_COLUMNS = ["sha", "name", "position", "kind", "text_value", "number_value", "date_value", "origin"]
 FIELD_ERROR_COLUMNS = ["sha", "origin", "error"]
 ENRICHMENT_COLUMNS = ["sha", "field", "model", "schema_hash", "method", "value", "error", "created_at"]
@@ -59,8 +60,8 @@ RUN_DOCUMENT_COLUMNS = ["run_id", "stage", "sha", "action"]
 # body_facts holds.
 VIEWS = """
 CREATE OR REPLACE VIEW builtin_fields AS
-    SELECT sha, 'id' AS name, 'string' AS kind, sha AS text_value, NULL::DOUBLE AS number_value,
-        NULL::TIMESTAMP AS date_value, 'builtin' AS origin FROM documents
+    SELECT sha, 'id' AS name, 'string' AS kind, sha AS text_value, CAST(NULL AS DOUBLE PRECISION) AS number_value,
+        CAST(NULL AS TIMESTAMP) AS date_value, 'builtin' AS origin FROM documents
     UNION ALL SELECT sha, 'path', 'list', unnest(paths), NULL, NULL, 'builtin' FROM documents
     UNION ALL SELECT sha, 'folder', 'string', coalesce(nullif(regexp_extract(rel_path, '^(.*)/[^/]*$', 1), ''), '.'),
         NULL, NULL, 'builtin' FROM documents WHERE rel_path IS NOT NULL
@@ -72,8 +73,8 @@ CREATE OR REPLACE VIEW builtin_fields AS
         WHERE pages IS NOT NULL
     UNION ALL SELECT sha, 'chars', 'number', chars::VARCHAR, chars, NULL, 'builtin' FROM documents
         WHERE chars IS NOT NULL
-    UNION ALL SELECT sha, 'ingested_at', 'date', strftime(ingested_at, '%Y-%m-%dT%H:%M:%S'), NULL, ingested_at,
-        'builtin' FROM documents WHERE ingested_at IS NOT NULL;
+    UNION ALL SELECT sha, 'ingested_at', 'date', replace(CAST(date_trunc('second', ingested_at) AS VARCHAR), ' ', 'T'),
+        NULL, ingested_at, 'builtin' FROM documents WHERE ingested_at IS NOT NULL;
 CREATE OR REPLACE VIEW fields_in_use AS
     SELECT sha, name, kind, text_value, number_value, date_value, origin FROM document_fields WHERE origin <> 'body'
     UNION ALL SELECT sha, name, kind, text_value, number_value, date_value, origin FROM document_fields
@@ -83,35 +84,42 @@ CREATE OR REPLACE VIEW own_fields AS
     SELECT * FROM builtin_fields
     UNION ALL SELECT * FROM fields_in_use;
 CREATE OR REPLACE VIEW roster_matches AS
-    SELECT f.sha, r.name AS roster, f.text_value AS key FROM rosters r
-    JOIN own_fields f ON f.name = r.document_key
-    JOIN (SELECT DISTINCT roster, key FROM roster_values) k ON k.roster = r.name AND k.key = f.text_value
-    WHERE (SELECT count(*) FROM own_fields g WHERE g.sha = f.sha AND g.name = f.name) = 1;
+    SELECT m.sha, m.roster, m.key FROM (
+        SELECT f.sha, r.name AS roster, min(f.text_value) AS key FROM rosters r
+        JOIN own_fields f ON f.name = r.document_key GROUP BY f.sha, r.name HAVING count(*) = 1) m
+    JOIN (SELECT DISTINCT roster, key FROM roster_values) k ON k.roster = m.roster AND k.key = m.key;
 CREATE OR REPLACE VIEW roster_fields AS
     SELECT m.sha, v.name, v.kind, v.text_value, v.number_value, v.date_value, 'roster:' || m.roster AS origin,
         v.authoritative FROM roster_links m JOIN roster_values v ON v.roster = m.roster AND v.key = m.key;
 """
 # The effective fields: stated and built-in ones unless an authoritative roster column replaces them, the
 # authoritative columns, and the other columns where the document states nothing. One definition serves the view
-# (every document) and the table macro effective_of(shas) (a few documents, filtered before the joins).
-EFFECTIVE = """SELECT f.* FROM own_fields f
-        ANTI JOIN (SELECT DISTINCT sha, name FROM roster_fields WHERE authoritative{only}) a USING (sha, name)
-        WHERE true{only}
+# (every document) and the table function effective_of(shas) (a few documents, filtered before the joins): a
+# DuckDB table macro, a PostgreSQL SQL function.
+EFFECTIVE = """SELECT f.sha, f.name, f.kind, f.text_value, f.number_value, f.date_value, f.origin FROM own_fields f
+        WHERE NOT EXISTS (SELECT 1 FROM roster_fields a WHERE a.authoritative AND a.sha = f.sha AND a.name = f.name)
+        {only_f}
     UNION ALL
     SELECT sha, name, kind, text_value, number_value, date_value, origin FROM roster_fields
         WHERE authoritative{only}
     UNION ALL
     SELECT r.sha, r.name, r.kind, r.text_value, r.number_value, r.date_value, r.origin FROM roster_fields r
-        ANTI JOIN (SELECT DISTINCT sha, name FROM own_fields WHERE true{only}) o USING (sha, name)
-        WHERE NOT r.authoritative{only}"""
-VIEWS += (f"CREATE OR REPLACE VIEW effective_fields AS {EFFECTIVE.format(only='')};\n"
-          "CREATE OR REPLACE MACRO effective_of(shas) AS TABLE "
-          f"{EFFECTIVE.format(only=' AND list_contains(shas, sha)')};\n")
+        WHERE NOT r.authoritative AND NOT EXISTS (SELECT 1 FROM own_fields o WHERE o.sha = r.sha AND o.name = r.name)
+        {only_r}"""
+VIEWS += f"CREATE OR REPLACE VIEW effective_fields AS {EFFECTIVE.format(only='', only_f='', only_r='')};\n"
+DUCKDB_VIEWS = VIEWS + ("CREATE OR REPLACE MACRO effective_of(shas) AS TABLE " + EFFECTIVE.format(
+    only=" AND list_contains(shas, sha)", only_f="AND list_contains(shas, f.sha)",
+    only_r="AND list_contains(shas, r.sha)") + ";\n")
+POSTGRES_VIEWS = VIEWS + (
+    "CREATE OR REPLACE FUNCTION effective_of(shas text[]) RETURNS TABLE (sha varchar, name varchar, kind varchar, "
+    "text_value varchar, number_value double precision, date_value timestamp, origin text) LANGUAGE sql STABLE "
+    "AS $$" + EFFECTIVE.format(only=" AND sha = ANY(shas)", only_f="AND f.sha = ANY(shas)",
+                               only_r="AND r.sha = ANY(shas)") + "$$;\n")
 # Stored in the state table when the views are (re)created: a sidecar whose views are older is given these.
-VIEWS_VERSION = hashlib.sha256(VIEWS.encode()).hexdigest()[:16]
+VIEWS_VERSION = hashlib.sha256((DUCKDB_VIEWS + POSTGRES_VIEWS).encode()).hexdigest()[:16]
 
 
-def refresh_links(con: duckdb.DuckDBPyConnection, shas: list[str] | None = None) -> None:
+def refresh_links(con: Any, shas: list[str] | None = None) -> None:
     """Recompute roster_links (of these documents, or of all) from the roster_matches view, in the caller's
     transaction."""
     if shas is None:

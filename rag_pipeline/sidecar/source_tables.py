@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from rag_pipeline.sidecar.connection import SidecarFile, insert_rows, now
-from rag_pipeline.sidecar.schema import REFUSAL_COLUMNS, SOURCE_FILE_COLUMNS
+from rag_pipeline.sidecar.schema import REFUSAL_COLUMNS, SOURCE_COLUMNS, SOURCE_FILE_COLUMNS, UPLOAD_COLUMNS
 
 SELECT_SOURCE_FILES = f"SELECT {', '.join(SOURCE_FILE_COLUMNS)} FROM source_files"
 
@@ -30,8 +30,7 @@ class SourceTables(SidecarFile):
                 insert_rows(con, "source_files", SOURCE_FILE_COLUMNS, files)
             con.execute("DELETE FROM refusals WHERE source = ?", [name])
             insert_rows(con, "refusals", REFUSAL_COLUMNS, [(name, path, reason, stamp) for path, reason in refusals])
-            con.execute("INSERT OR REPLACE INTO sources (name, kind, roots, synced_at, body_facts) "
-                        "VALUES (?, ?, ?, ?, ?)", [name, kind, roots, stamp, body_facts])
+            insert_rows(con, "sources", SOURCE_COLUMNS, [(name, kind, roots, stamp, body_facts)], replace=True)
         return changed
 
     def forget_source(self, name: str) -> None:
@@ -62,8 +61,8 @@ class SourceTables(SidecarFile):
         """Documents, failures and chunks per source (a document counts under each source that holds it)."""
         return self._rows(
             "SELECT s.name AS source, s.kind, count(d.sha) AS documents, "
-            "count(d.sha) FILTER (d.status = 'failed') AS failed, "
-            "count(d.sha) FILTER (d.status = 'pending') AS pending, coalesce(sum(d.chunks), 0) AS chunks "
+            "count(d.sha) FILTER (WHERE d.status = 'failed') AS failed, "
+            "count(d.sha) FILTER (WHERE d.status = 'pending') AS pending, coalesce(sum(d.chunks), 0) AS chunks "
             "FROM sources s LEFT JOIN documents d ON list_contains(d.sources, s.name) GROUP BY s.name, s.kind "
             "ORDER BY s.name")
 
@@ -72,8 +71,8 @@ class SourceTables(SidecarFile):
         """One stored upload (its path under the source's upload folder); returns its uploaded_at."""
         stamp = now()
         with self.connect() as con:
-            con.execute("INSERT OR REPLACE INTO uploads VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        [path, source, sha, filename, size, uploaded_by, stamp])
+            insert_rows(con, "uploads", UPLOAD_COLUMNS, [(path, source, sha, filename, size, uploaded_by, stamp)],
+                        replace=True)
         return stamp
 
     def uploads(self, source: str, sha: str | None = None) -> list[dict[str, Any]]:

@@ -80,7 +80,7 @@ _profiles = StateCache()
 
 def corpus_profile(settings: Settings, sidecar: Sidecar, scope: Scope | None = None) -> Profile:
     """The profile of the documents `scope` lets a key see, reused while the sidecar and sources file are unchanged."""
-    return _profiles.get((sidecar.path, scope), declarations_state(settings, sidecar.path),
+    return _profiles.get((sidecar.location, scope), declarations_state(settings, sidecar),
                          lambda: build_profile(sidecar, scope))
 
 

@@ -1,8 +1,10 @@
 """The metadata query tool: typed operations over document fields (structured/request.py parses them), compiled to
-parameterised SQL on a read-only DuckDB connection with external access off, a row limit and a time limit. No SQL
-text is ever taken from a caller or a model: field names are checked against the registry and every value is a
-bound parameter. A request's queries (the top one, its subqueries and a set operation's two) run on one connection,
-each step a temporary table the others reuse.
+parameterised SQL on a read-only sidecar connection (DuckDB with external access off, or a PostgreSQL read-only
+transaction), a row limit and a time limit. The SQL is what DuckDB and PostgreSQL both run (sidecar/postgres.py gives
+PostgreSQL the DuckDB functions and aggregates it uses). No SQL text is ever taken from a caller or a model: field
+names are checked against the registry and every value is a bound parameter. A request's queries (the top one, its
+subqueries and a set operation's two) run on one connection, each step an intermediate table the others reuse
+(Scratch).
 
 Operations (documents are the unit; only fully ingested documents count):
     count                  how many documents match             rows: [{"count": N}]
@@ -36,8 +38,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from rag_pipeline.errors import InputError, QueryTimeout
 from rag_pipeline.fields.registry import RegistryField, build_registry, declared_fields
 from rag_pipeline.fields.terms import declared_terms, with_terms
@@ -45,6 +45,8 @@ from rag_pipeline.fields.values import FieldKind
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar, records
+from rag_pipeline.sidecar.connection import Connection, Interrupted, file_state
+from rag_pipeline.sidecar.postgres import PostgresConnection
 from rag_pipeline.structured.operations import SET_OPERATIONS
 from rag_pipeline.structured.request import (
     DEFAULT_LIMIT,
@@ -86,10 +88,10 @@ class QueryResult:
 
 
 REGISTRY_SQL = (
-    "SELECT name, kind, count(DISTINCT sha) AS documents, list(DISTINCT origin) AS origins FROM ("
+    "SELECT name, kind, count(DISTINCT sha) AS documents, array_agg(DISTINCT origin) AS origins FROM ("
     "  SELECT sha, name, kind, split_part(origin, ':', 1) AS origin FROM fields_in_use"
     "  UNION ALL SELECT l.sha, v.name, v.kind, 'roster' FROM roster_values v JOIN roster_links l USING (roster, key)"
-    ") WHERE sha IN (SELECT sha FROM documents WHERE true{scope}) GROUP BY name, kind")
+    ") stored WHERE sha IN (SELECT sha FROM documents WHERE true{scope}) GROUP BY name, kind")
 
 
 class StateCache:
@@ -112,29 +114,18 @@ _value_sets = StateCache()  # (sidecar, scope) -> named values
 _folded_values = StateCache()  # (sidecar, scope, field) -> its text values as where clauses compare them
 
 
-def file_state(path: Path) -> tuple:
-    """What changes whenever the file (or its write-ahead log) is written."""
-    def stat(file: Path) -> tuple[int, int] | None:
-        try:
-            info = file.stat()
-        except OSError:
-            return None
-        return info.st_mtime_ns, info.st_size
-    return stat(path), stat(path.with_name(path.name + ".wal"))
+def declarations_state(settings: Settings, sidecar: Sidecar) -> tuple:
+    """What changes when the sidecar or the declarations (the sources file) change."""
+    return sidecar.data_state(), file_state(Path(settings.sources_file)) if settings.sources_file else None
 
 
-def declarations_state(settings: Settings, path: Path) -> tuple:
-    """What changes when the sidecar at `path` or the declarations (the sources file) change."""
-    return file_state(path), file_state(Path(settings.sources_file)) if settings.sources_file else None
-
-
-def registry_of(con: duckdb.DuckDBPyConnection, settings: Settings, path: Path,
+def registry_of(con: Connection, settings: Settings, sidecar: Sidecar,
                 scope: Scope | None = None) -> dict[str, RegistryField]:
-    """The registry over `con` (the sidecar at `path`): the stored fields of the documents `scope` lets a key see
-    (and every declared one); reused while neither the sidecar nor the declarations changed, since it costs a scan
-    of every field row."""
+    """The registry over `con` (a connection to `sidecar`): the stored fields of the documents `scope` lets a key
+    see (and every declared one); reused while neither the sidecar nor the declarations changed, since it costs a
+    scan of every field row."""
     scoped, params = scope_condition(scope)
-    return _registries.get((path, scope), declarations_state(settings, path), lambda: build_registry(
+    return _registries.get((sidecar.location, scope), declarations_state(settings, sidecar), lambda: build_registry(
         records(con.execute(REGISTRY_SQL.format(scope=scoped), params)), declared_fields(settings)))
 
 
@@ -144,8 +135,8 @@ def load_registry(settings: Settings, sidecar: Sidecar, scope: Scope | None = No
     only when the cached registry is out of date."""
     def compute() -> dict[str, RegistryField]:
         with sidecar.read_only() as con:
-            return registry_of(con, settings, sidecar.path, scope)
-    return _registries.get((sidecar.path, scope), declarations_state(settings, sidecar.path), compute)
+            return registry_of(con, settings, sidecar, scope)
+    return _registries.get((sidecar.location, scope), declarations_state(settings, sidecar), compute)
 
 
 MAX_NAMED_VALUES = 300  # fields with more distinct values are not offered to the planner as nameable values
@@ -159,12 +150,12 @@ def named_values(settings: Settings, sidecar: Sidecar, scope: Scope | None = Non
     def compute() -> dict[str, list[str]]:
         with sidecar.read_only() as con:
             rows = con.execute(
-                "SELECT name, list(DISTINCT text_value ORDER BY text_value) FROM effective_fields WHERE kind IN "
+                "SELECT name, array_agg(DISTINCT text_value ORDER BY text_value) FROM effective_fields WHERE kind IN "
                 f"('string', 'list') AND sha IN (SELECT sha FROM documents WHERE status = 'ok'{scoped}) "
                 f"GROUP BY name HAVING count(DISTINCT text_value) <= {MAX_NAMED_VALUES}", params).fetchall()
         return {name: list(found) for name, found in rows}
 
-    return _value_sets.get((sidecar.path, scope), file_state(sidecar.path), compute)
+    return _value_sets.get((sidecar.location, scope), sidecar.data_state(), compute)
 
 
 def values_table(spec: RegistryField) -> str:
@@ -246,9 +237,10 @@ def profile_rows(sidecar: Sidecar, scope: Scope | None, max_values: int) -> tupl
     scoped, params = scope_condition(scope)
     documents_sql = f"SELECT sha FROM documents WHERE status = 'ok'{scoped}"
     with sidecar.read_only() as con:
-        total = con.execute(f"SELECT count(*) FROM ({documents_sql})", params).fetchone()[0]
+        total = con.execute(f"SELECT count(*) FROM ({documents_sql}) visible", params).fetchone()[0]
         stats = con.execute(
-            "SELECT name, mode(kind), count(DISTINCT sha), count(DISTINCT lower(text_value)) FROM effective_fields "
+            "SELECT name, mode() WITHIN GROUP (ORDER BY kind), count(DISTINCT sha), count(DISTINCT lower(text_value)) "
+            "FROM effective_fields "
             f"WHERE sha IN ({documents_sql}) AND name NOT IN ('id', 'path') GROUP BY name", params).fetchall()
         readable = [name for name, kind, _, distinct in stats if kind in ("string", "list") and distinct <= max_values]
         rows = con.execute(
@@ -282,14 +274,14 @@ class QueryRunner:
             timer.start()
             try:
                 if registry is None:
-                    registry = registry_of(con, self.settings, self.sidecar.path, scope)
+                    registry = registry_of(con, self.settings, self.sidecar, scope)
                 if not isinstance(query, MetadataQuery):
                     query = parse_request(with_terms(query, declared_terms(self.settings)), registry)
                 if bound:
                     query = with_clauses(query, tuple(parse_clause(name, value, registry)
                                                       for name, value in bound.items()))
                 result = self._execute(con, query, registry, scope)
-            except duckdb.InterruptException as error:
+            except Interrupted as error:
                 raise QueryTimeout(f"the query ran longer than {self.timeout:g} s and was stopped") from error
             finally:
                 timer.cancel()
@@ -297,31 +289,55 @@ class QueryRunner:
         result.timings_ms = {"total": round((time.perf_counter() - started) * 1000, 2)}
         return result
 
-    def _execute(self, con: duckdb.DuckDBPyConnection, query: MetadataQuery, registry: Mapping[str, RegistryField],
+    def _execute(self, con: Connection, query: MetadataQuery, registry: Mapping[str, RegistryField],
                  scope: Scope | None) -> QueryResult:
-        return Execution(con, registry, scope, self.sidecar.path).result(query)
+        return Execution(Scratch(con), registry, scope, self.sidecar).result(query)
+
+
+class Scratch:
+    """A connection with a request's intermediate tables: temporary tables on DuckDB; on PostgreSQL, whose read-only
+    transaction cannot create tables, materialized common table expressions put before each statement (one that a
+    statement does not reference is not evaluated)."""
+
+    def __init__(self, con: Connection) -> None:
+        self.con = con
+        self.postgres = isinstance(con, PostgresConnection)
+        self.ctes: list[tuple[str, str, list[Any]]] = []
+
+    def create(self, name: str, sql: str, params: list[Any]) -> None:
+        if self.postgres:
+            self.ctes.append((name, sql, list(params)))
+        else:
+            self.con.execute(f"CREATE TEMP TABLE {name} AS {sql}", params)
+
+    def execute(self, sql: str, params: list[Any] | None = None) -> Any:
+        if not self.ctes:
+            return self.con.execute(sql, params)
+        prefix = "WITH " + ", ".join(f"{name} AS MATERIALIZED ({cte})" for name, cte, _ in self.ctes)
+        return self.con.execute(f"{prefix} {sql}", [value for *_, values in self.ctes for value in values]
+                                + list(params or []))
 
 
 class Execution:
-    """One request's queries on one read-only connection. Each step is a temporary table, made once per request and
-    reused by every query of the tree that needs it: a field's rows (so the effective_fields view is evaluated once
-    per field), `matched` (the documents a where and the scope let through) and `picked` (the values of one field of
-    those documents)."""
+    """One request's queries on one read-only connection. Each step is an intermediate table (Scratch), made once
+    per request and reused by every query of the tree that needs it: a field's rows (so the effective_fields view is
+    evaluated once per field), `matched` (the documents a where and the scope let through) and `picked` (the values
+    of one field of those documents)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, registry: Mapping[str, RegistryField], scope: Scope | None,
-                 path: Path) -> None:
+    def __init__(self, con: Scratch, registry: Mapping[str, RegistryField], scope: Scope | None,
+                 sidecar: Sidecar) -> None:
         self.con = con
         self.registry = registry
         self.scope = scope
-        self.path = path  # the sidecar's file, whose state keys the cache of folded values
+        self.sidecar = sidecar  # whose state keys the cache of folded values
         self.steps: dict[Any, str] = {}
 
     # --- steps ---------------------------------------------------------------------------------------------------
     def step(self, key: Any, sql: str, params: list[Any]) -> str:
-        """The temporary table holding `sql`'s rows (made on first use)."""
+        """The intermediate table holding `sql`'s rows (made on first use)."""
         if key not in self.steps:
             name = f"step_{len(self.steps)}"
-            self.con.execute(f"CREATE TEMP TABLE {name} AS {sql}", params)
+            self.con.create(name, sql, params)
             self.steps[key] = name
         return self.steps[key]
 
@@ -430,7 +446,7 @@ class Execution:
                 f"SELECT DISTINCT {NORMAL_TEXT} FROM {values_table(self.registry[name])} WHERE name = ? AND sha IN "
                 f"(SELECT sha FROM documents WHERE status = 'ok'{scoped})", [name, *params]).fetchall())
 
-        return _folded_values.get((self.path, self.scope, name), file_state(self.path), compute)
+        return _folded_values.get((self.sidecar.location, self.scope, name), self.sidecar.data_state(), compute)
 
     def subquery_values(self, clause: Clause) -> tuple[Any, ...]:
         """The values a semi-join's query produces, read as the clause's field type (values that cannot be one,
@@ -491,12 +507,13 @@ class Execution:
             name = query.field if query.op == "top_n" and query.field else (query.by or query.field)
             kind = registry[name].kind
             picked = self.picked(query.where, name)
-            counted = f"(SELECT DISTINCT sha, path FROM {picked})"
+            counted = f"(SELECT DISTINCT sha, path FROM {picked}) counted"
             if query.op == "top_n" and query.field:
                 column = "number_value" if kind == "number" else "date_value"
-                ranked = records(con.execute(
-                    f"SELECT sha, path, max({column}) AS best, arg_max(text_value, {column}) AS text FROM {picked} "
-                    f"WHERE {column} IS NOT NULL GROUP BY sha, path ORDER BY best DESC, path LIMIT ?", [limit + 1]))
+                ranked = records(con.execute(  # each document's largest value (and its text), largest first
+                    f"SELECT sha, path, best, text FROM (SELECT sha, path, {column} AS best, text_value AS text, "
+                    f"row_number() OVER (PARTITION BY sha, path ORDER BY {column} DESC) AS rank FROM {picked} "
+                    f"WHERE {column} IS NOT NULL) ranked WHERE rank = 1 ORDER BY best DESC, path LIMIT ?", [limit + 1]))
                 rows = [{"id": row["sha"], "path": row["path"],
                          "value": output_value(kind, row["text"], row["best"] if kind == "number" else None)}
                         for row in ranked[:limit]]
@@ -523,11 +540,12 @@ class Execution:
         limit = query.limit or DEFAULT_LIMIT
         column = {"number": "number_value", "date": "date_value"}.get(kind, "text_value")
         # the values aggregated: those that read as the field's type (count_distinct: every value, as distinct)
-        valued = picked if query.op == "count_distinct" else f"(SELECT * FROM {picked} WHERE {column} IS NOT NULL)"
+        valued = picked if query.op == "count_distinct" else \
+            f"(SELECT * FROM {picked} WHERE {column} IS NOT NULL) valued"
         documents, total = self.cited(valued, limit)
         if query.op == "count_distinct":  # the values distinct would list: numbers and dates by value
             key = f"{column}, CASE WHEN {column} IS NULL THEN text_value END" if column != "text_value" else column
-            rows = [{"count": self.scalar(f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM {picked})")}]
+            rows = [{"count": self.scalar(f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM {picked}) kept")}]
         elif not total:
             rows = []
         elif kind == "date":  # min or max: the date as stated
@@ -585,14 +603,14 @@ class Execution:
         key = f"{typed}, CASE WHEN {typed} IS NULL THEN text_value END" if typed else "text_value"
         groups = self.picked(query.where, name)
         if aggregate.op == "count":
-            source, measure, measure_text = f"(SELECT DISTINCT * FROM {groups})", "count(DISTINCT sha)", "NULL"
+            source, measure, measure_text = f"(SELECT DISTINCT * FROM {groups}) members", "count(DISTINCT sha)", "NULL"
         else:
             values = self.picked(query.where, aggregate.field)
             value_kind = self.registry[aggregate.field].kind
             read = {"number": "number", "date": "date"}.get(value_kind, "text")
             column = f"v_{read}"  # the aggregated field's values beside each document's group value
             source = (f"(SELECT DISTINCT g.*, v.text_value AS v_text, v.number_value AS v_number, v.date_value AS "
-                      f"v_date FROM {groups} g JOIN {values} v USING (sha) WHERE v.{read}_value IS NOT NULL)")
+                      f"v_date FROM {groups} g JOIN {values} v USING (sha) WHERE v.{read}_value IS NOT NULL) members")
             measure = {"sum": "fsum(v_number)", "avg": "favg(v_number)", "min": f"min({column})",
                        "max": f"max({column})", "count_distinct": f"count(DISTINCT {column})"}[aggregate.op]
             measure_text = f"arg_{aggregate.op}(v_text, v_date)" if value_kind == "date" and \
@@ -600,7 +618,7 @@ class Execution:
         having = "".join(f" AND {measure} {OPERATORS[op]} ?" for op, _ in query.having)
         grouped = records(self.con.execute(
             f"SELECT min(text_value) AS text_value, max(number_value) AS number_value, count(DISTINCT sha) AS count, "
-            f"{measure} AS measure, {measure_text} AS measure_text, list(DISTINCT sha) AS shas FROM {source} "
+            f"{measure} AS measure, {measure_text} AS measure_text, array_agg(DISTINCT sha) AS shas FROM {source} "
             f"GROUP BY {key} HAVING {measure} IS NOT NULL{having} "
             f"ORDER BY measure DESC, {typed + ', ' if typed else ''}min(text_value)",
             [bound for _, bound in query.having]))
@@ -712,7 +730,7 @@ class Execution:
                            len(cited))
 
 
-def fields_of(con: duckdb.DuckDBPyConnection, shas: list[str], registry: Mapping[str, RegistryField],
+def fields_of(con: Connection | Scratch, shas: list[str], registry: Mapping[str, RegistryField],
               only: str | None) -> dict[str, dict[str, dict[str, Any]]]:
     """sha -> field name -> {value, type, origin} of these documents (queryable fields only; one field: read where
     values_table says, the cheaper own_fields for a field no roster touches)."""
@@ -739,7 +757,7 @@ def fields_of(con: duckdb.DuckDBPyConnection, shas: list[str], registry: Mapping
     return found
 
 
-def lookup_row(con: duckdb.DuckDBPyConnection, row: dict[str, Any], fields: dict[str, dict[str, Any]],
+def lookup_row(con: Connection | Scratch, row: dict[str, Any], fields: dict[str, dict[str, Any]],
                only: str | None) -> dict[str, Any]:
     if only:
         entry = fields.get(only)

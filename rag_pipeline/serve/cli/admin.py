@@ -62,7 +62,8 @@ def served_index(settings: Settings, host: str, port: int) -> dict[str, Any]:
 
     data_dir = settings.data_dir.resolve()
     generation = GenerationRegistry(settings.data_dir).active_id()
-    totals = Sidecar(settings.sidecar_path).totals_by_type() if settings.sidecar_path.is_file() else []
+    totals = (Sidecar(settings.sidecar_location).totals_by_type()
+              if settings.sidecar_url or settings.sidecar_path.is_file() else [])
     documents = sum(row["documents"] - row["failed"] for row in totals)
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     index = f"generation {generation}, {documents} documents" if generation else "no index yet"

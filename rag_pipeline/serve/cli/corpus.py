@@ -143,7 +143,7 @@ def print_ingest_summary(summary: dict[str, Any], settings: Settings) -> None:
     from rag_pipeline.sidecar import Sidecar
 
     print(f"{'type':6} {'documents':>9} {'failed':>6} {'chunks':>7} {'redactions':>10}")
-    for row in Sidecar(settings.sidecar_path).totals_by_type():
+    for row in Sidecar(settings.sidecar_location).totals_by_type():
         print(f"{row['doc_type']:6} {row['documents']:>9} {row['failed']:>6} {row['chunks']:>7} "
               f"{row['redactions']:>10}")
     print(f"added {summary['added']}, unchanged {summary['unchanged']}, moved {summary['moved']}, "

@@ -129,7 +129,7 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.structured.query import QueryRunner
 
     require_index(settings)
-    result = QueryRunner(settings, Sidecar(settings.sidecar_path)).run_json(query_body(args))
+    result = QueryRunner(settings, Sidecar(settings.sidecar_location)).run_json(query_body(args))
     if result.withheld:
         from rag_pipeline.structured.withheld import withheld_warning
 
@@ -158,8 +158,9 @@ def run_chat(args: argparse.Namespace, settings: Settings) -> int:
     require_index(settings)
     retriever = components.open_retriever(settings)
     try:
-        service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
-                              ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
+        service = ChatService(settings, components.answerer(settings, retriever),
+                              Sidecar(settings.sidecar_location),
+                              ChatMemory(ChatStore.beside(settings.sidecar_location), settings.chat_retention_days),
                               build_llm(settings))
         session = args.session
         if args.message is not None:
@@ -231,7 +232,7 @@ def run_fields(args: argparse.Namespace, settings: Settings) -> int:
     from rag_pipeline.structured.query import load_registry
 
     require_index(settings)
-    registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_path)).values()]
+    registry = [field.to_json() for field in load_registry(settings, Sidecar(settings.sidecar_location)).values()]
     if args.json:
         print(json.dumps({"fields": registry}))
         return 0

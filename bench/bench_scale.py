@@ -1,0 +1,99 @@
+"""Scale-out benchmark: ingest of the first N SciFact abstracts with 1, 2, ... shard workers (RAG_INGEST_WORKERS),
+each worker count on as many cores (`taskset -c 0..W-1`; every shard worker pins itself to one of them).
+
+For each count: a fresh data dir, one ingest in a subprocess, its wall time and docs/s, and the time spent in the
+steps whose writes are serialised (raw_documents, vector_index, metadata_sidecar, which run in the ingest process
+while no worker runs). Prints docs/s per count and the ratio of the largest count's docs/s to one worker's; --json
+writes {"ratio": ..., "runs": [...]}. The ONNX export of the model is made once beforehand, outside the timings.
+
+    .venv/bin/python bench/bench_scale.py [--workers 1,2] [--limit N] [--corpus FILE] [--work DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_ingest import CORPUS, write_corpus
+
+SERIAL_STAGES = ("raw_documents", "vector_index", "metadata_sidecar")
+
+
+def ingest_once(corpus: Path, data_dir: Path) -> None:
+    """In the subprocess: one ingest; prints its summary and wall time as JSON."""
+    from rag_pipeline.defs.ingest_runner import ingest
+
+    started = time.perf_counter()
+    summary = ingest([corpus], data_dir)
+    print(json.dumps({"wall": time.perf_counter() - started, "summary": summary}))
+
+
+def timed_ingest(corpus: Path, data_dir: Path, workers: int, environment: dict[str, str]) -> dict:
+    """An ingest with `workers` shard workers on cores 0..workers-1, in a subprocess: its figures."""
+    shutil.rmtree(data_dir, ignore_errors=True)
+    cores = ",".join(str(core) for core in range(workers))
+    command = ["taskset", "-c", cores, sys.executable, __file__, "--ingest-once", str(corpus), str(data_dir)]
+    output = subprocess.run(command, env={**environment, "RAG_INGEST_WORKERS": str(workers)}, check=True,
+                            capture_output=True, text=True).stdout
+    result = json.loads(output.strip().splitlines()[-1])
+    summary, wall = result["summary"], result["wall"]
+    if summary["failed"]:
+        raise SystemExit(f"the ingest with {workers} workers failed documents: {summary['failed'][:3]}")
+    stages = summary["stage_seconds"]
+    return {"workers": workers, "cores": cores, "documents": summary["added"], "chunks": summary["chunks"],
+            "wall_seconds": round(wall, 2), "docs_per_s": round(summary["added"] / wall, 2),
+            "serial_write_seconds": round(sum(stages.get(stage, 0.0) for stage in SERIAL_STAGES), 2),
+            "embed_seconds": summary["embed_seconds"], "stage_seconds": stages, "runs": len(summary["run_ids"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts (default: 1,2)")
+    parser.add_argument("--limit", type=int, default=1000, help="first N abstracts (default: 1000)")
+    parser.add_argument("--corpus", type=Path, default=CORPUS, help=f"SciFact's corpus.jsonl (default: {CORPUS})")
+    parser.add_argument("--work", type=Path, default=None, help="work directory (default: a temporary one)")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file")
+    parser.add_argument("--ingest-once", nargs=2, type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ingest_once:
+        ingest_once(*args.ingest_once)
+        return
+    counts = sorted({int(count) for count in args.workers.split(",")})
+    available = len(os.sched_getaffinity(0))
+    if counts[-1] > available:
+        raise SystemExit(f"{counts[-1]} workers need {counts[-1]} cores; this process may use {available}")
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench_scale_"))
+    corpus = work / "scifact"
+    shutil.rmtree(corpus, ignore_errors=True)
+    documents = write_corpus(corpus, args.limit, args.corpus)
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "RAG_ONNX_CACHE_DIR": os.environ.get("RAG_ONNX_CACHE_DIR", str(work / "onnx"))}
+    warm = work / "warm"  # the ONNX export, made once and outside the timings
+    write_corpus(warm / "corpus", 5, args.corpus)
+    timed_ingest(warm / "corpus", warm / "data", 1, environment)
+
+    print(f"documents {documents}, load average {os.getloadavg()[0]:.2f} (1 min) at the start")
+    runs = []
+    for workers in counts:
+        run = timed_ingest(corpus, work / f"data_{workers}", workers, environment)
+        run["load_average"] = round(os.getloadavg()[0], 2)
+        runs.append(run)
+        print(f"{workers} worker(s) on cores {run['cores']:5}  {run['docs_per_s']:7.2f} docs/s  "
+              f"wall {run['wall_seconds']:7.1f} s  serialised writes {run['serial_write_seconds']:5.1f} s  "
+              f"embedding {run['embed_seconds']:6.1f} s (summed over workers)  load {run['load_average']:.2f}")
+    ratio = runs[-1]["docs_per_s"] / runs[0]["docs_per_s"]
+    print(f"ratio {counts[-1]} / {counts[0]} workers: {ratio:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"ratio": round(ratio, 3), "documents": documents, "runs": runs}, indent=2)
+                             + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Dagster runs of ingest assets in this process: the instance they are recorded in, the stage totals a run
+carried, and a readable reason when one failed. Used by the in-process runner (defs/ingest_runner.py) and by its
+shard workers (defs/shard_workers.py)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+
+from rag_pipeline.defs.assets import INGEST_ASSETS, TOTALS
+from rag_pipeline.defs.partitions import shard_run_tags
+from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.ingest.stage import StageTotals
+
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+DATA_DIR_TAG = "rag/in_process_ingest"  # the data dir of the in-process ingest a run belongs to
+UNFINISHED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
+              dg.DagsterRunStatus.CANCELING]
+
+
+@contextmanager
+def dagster_instance() -> Iterator[dg.DagsterInstance]:
+    """The instance in $DAGSTER_HOME when set (runs are recorded there), else an ephemeral one."""
+    if os.environ.get("DAGSTER_HOME"):
+        with dg.DagsterInstance.get() as instance:
+            yield instance
+    else:
+        with dg.DagsterInstance.ephemeral() as instance:
+            yield instance
+
+
+def materialize_stages(rag: RagResource, stages: Sequence[dg.AssetsDefinition], shards: Sequence[str],
+                       instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    """One run of the given ingest assets over the key range of `shards` (no error raised: see run_failure)."""
+    tags = {**shard_run_tags(shards), DATA_DIR_TAG: str(rag.settings.data_dir.resolve())}
+    return dg.materialize(INGEST_ASSETS, selection=list(stages), resources={"rag": rag}, instance=instance,
+                          tags=tags, run_config=QUIET_LOGS, raise_on_error=False)
+
+
+def release_killed_runs(instance: dg.DagsterInstance, data_dir: Path) -> list[str]:
+    """Fail the unfinished runs of an earlier in-process ingest of `data_dir` and free the pool slots they claim.
+
+    Called under the data dir's ingest lock, when no other in-process ingest of it runs: such a run's process was
+    killed (kill -9, OOM) before Dagster could end it, and with the pool at op granularity the writer steps of every
+    later ingest would wait for its slot forever. Returns the run ids."""
+    runs = instance.get_runs(dg.RunsFilter(statuses=UNFINISHED, tags={DATA_DIR_TAG: str(data_dir.resolve())}))
+    for run in runs:
+        if instance.event_log_storage.supports_global_concurrency_limits:
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        instance.report_run_failed(run, "its in-process ingest was killed; released by the next ingest")
+    return [run.run_id for run in runs]
+
+
+def stage_totals(result: dg.ExecuteInProcessResult) -> dict[str, StageTotals]:
+    """Asset name -> the StageTotals its step carried, for every ingest asset the run materialised. A step over a
+    range of shards records one materialisation per shard, each with the step's metadata: the first one holds the
+    totals."""
+    totals = {}
+    for asset in INGEST_ASSETS:
+        name = asset.key.to_user_string()
+        if events := result.asset_materializations_for_node(name):
+            totals[name] = StageTotals.from_json(events[0].metadata[TOTALS].value)
+    return totals
+
+
+def run_failure(result: dg.ExecuteInProcessResult) -> str:
+    """A readable reason for a failed run: failed checks first, then step errors, each by the error that caused it
+    (StoreLocked and its holder, say), not Dagster's wrapper of it."""
+    reasons = [
+        f"asset check {evaluation.check_name} failed: {evaluation.metadata.get('details').value}"
+        for evaluation in result.get_asset_check_evaluations() if not evaluation.passed
+    ]
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data.error:
+            error = event.step_failure_data.error
+            while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+                error = error.cause
+            reasons.append(f"{event.step_key}: {error.message.strip()}")
+    return "; ".join(reasons) or "the ingest run failed"
