@@ -25,9 +25,11 @@ from rag_pipeline.ingest.uploads import (
     sanitize_filename,
     sniff_upload,
     store_upload,
+    upload_name,
 )
 from rag_pipeline.serve.keys import create_key
 from rag_pipeline.settings import Settings
+from rag_pipeline.sidecar import Sidecar
 from rag_pipeline_tests.test_api import running_api
 
 from .conftest import REPO
@@ -140,16 +142,32 @@ def test_sanitize_filename_caps_the_length() -> None:
     assert len(sanitize_filename("日" * 300, "txt").encode()) <= 200  # 3 bytes each: capped by bytes
 
 
+@pytest.mark.parametrize("given, shown", [
+    ("Budget 2026 (final).txt", "Budget 2026 (final).txt"),
+    ("../../etc/passwd", "passwd"),  # folders are no part of a name
+    ("C:\\Users\\ana\\Plan ü.docx", "Plan ü.docx"),
+    ("<img src=x onerror=alert(1)>\r\nnotes\t.md", "<img src=x onerror=alert(1)> notes .md"),  # text, one line
+    ("evil\x1b[31m\u202egnp.md\u2028x", "evil [31m gnp.md x"),  # no escape, bidi override or line separator
+    ("x" * 400, "x" * 255),
+    ("../..", None), ("  \n ", None), ("", None),
+])
+def test_upload_name_is_harmless_text(given: str, shown: str | None) -> None:
+    assert upload_name(given) == shown
+
+
 def test_store_upload_dedupes_and_refuses(sources_env: Settings) -> None:
     settings = sources_env
     first = store_upload(settings, "inbox", "report.txt", PDF, "alice")
     assert (first.doc_type, first.filename, first.duplicate, first.bytes) == ("pdf", "report.pdf", False, len(PDF))
+    assert first.upload_name == "report.txt"  # the client's name, beside the stored one
     path = Path(first.path)
     root = settings.data_dir.resolve() / "uploads" / "inbox"
     assert re.fullmatch(re.escape(str(root)) + r"/\d{4}/\d{2}/\d{2}/[0-9a-f]{32}/report\.pdf", first.path)
     assert path.read_bytes() == PDF and not path.stat().st_mode & stat.S_IWOTH
     again = store_upload(settings, "inbox", "other-name.pdf", PDF, "bob")
     assert again.duplicate and again.path == first.path and again.id == first.id
+    assert again.upload_name == "report.txt"  # the stored file's name: nothing new is recorded
+    assert Sidecar(settings.sidecar_path).upload_names() == {first.path: "report.txt"}
     assert [p for p in root.rglob("*") if p.is_file()] == [path]
     assert not list((settings.data_dir / "uploads" / ".incoming").iterdir())  # no temporary file left behind
 
