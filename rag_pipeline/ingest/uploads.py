@@ -7,8 +7,8 @@ A file's type comes from its bytes (`sniff_upload`), never from its name; its st
 basename with the extension of that type (`sanitize_filename`); the client never chooses a folder. Identical bytes
 are stored once per source (the document id is the SHA-256 of the bytes). The sidecar's `uploads` table records
 every stored file, with the name the client gave it as text only (`upload_name`: shown beside the path where the
-document is cited, never part of a path). Only an upload source's own files are ever deleted (`remove_document`): a roots source's folders
-belong to their users. The caller syncs the source afterwards (defs/ingest_runner.py `ingest(source=...)`): that indexes
+document is cited, never part of a path). Only an upload source's own files are ever deleted (`remove_document`):
+a roots source's folders belong to their users. The caller syncs the source afterwards (defs/ingest_runner.py `ingest(source=...)`): that indexes
 new files and purges removed ones. No Dagster here: the API and the CLI call this directly.
 """
 
