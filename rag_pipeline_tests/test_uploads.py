@@ -32,7 +32,9 @@ from rag_pipeline.ingest.uploads import (
     upload_name,
 )
 from rag_pipeline.serve.keys import create_key
+from rag_pipeline.serve.public_paths import public_names
 from rag_pipeline.serve.routes.openai_chat import MODEL_ID
+from rag_pipeline.serve.upload_names import with_upload_names
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline_tests.test_api import ingest_and_wait, parse_sse, running_api
@@ -158,6 +160,20 @@ def test_sanitize_filename_caps_the_length() -> None:
 ])
 def test_upload_name_is_harmless_text(given: str, shown: str | None) -> None:
     assert upload_name(given) == shown
+
+
+def test_upload_names_go_beside_cited_paths_only(tmp_path: Path) -> None:
+    stored = "/srv/data/uploads/inbox/2026/11/26/0f/budget.txt"
+    answer = {"results": [{"path": stored, "chunk_id": "c1"}, {"path": "/srv/handbook/a.md", "chunk_id": "c2"}],
+              "citations": [{"kind": "document", "id": "d1", "path": stored, "label": "D1"}],
+              "trajectory": [{"tool": "search", "args": {"filters": {"path": stored}}}]}  # a filter is no citation
+    named = with_upload_names(answer, {stored: "Budget 2026.txt"})
+    assert [hit.get("upload_name") for hit in named["results"]] == ["Budget 2026.txt", None]
+    assert named["citations"][0]["upload_name"] == "Budget 2026.txt"
+    assert named["trajectory"] == answer["trajectory"] and "upload_name" not in answer["results"][0]
+    shown = public_names(tmp_path, {"inbox": ["/srv/data/uploads/inbox"]}, {stored: "Budget 2026.txt"}).json(answer)
+    assert shown["results"][0] == {"path": "inbox/2026/11/26/0f/budget.txt", "chunk_id": "c1",
+                                   "upload_name": "Budget 2026.txt"}  # the path as the API shows it, name beside
 
 
 def test_store_upload_dedupes_and_refuses(sources_env: Settings) -> None:
