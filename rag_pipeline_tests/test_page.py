@@ -2,7 +2,8 @@
 real uvicorn server over a copy of the sample index with API keys and an upload source: the key asked for, a real
 question answered with the answer streamed into the DOM, a citation that opens the sources panel, an exact answer
 with its operation and the documents counted, the conversation list, an upload with an ingester key whose document
-then answers (its text shown as text, never as markup), keyboard use, and a phone-sized viewport.
+then answers (cited by the name it was uploaded under; its name and text shown as text, never as markup), keyboard
+use, and a phone-sized viewport.
 
 Screenshots go to `<tmp_path>/screenshots` and, when `$RAG_UI_SCREENSHOTS` is set, to that folder as well.
 """
@@ -27,6 +28,7 @@ SEV1 = "who do I page for a SEV1 outage?"
 LAST_TURN = "document.querySelector('#turns > li:last-child')"
 ANSWERED = f"{LAST_TURN} && {LAST_TURN}.querySelector('.answer').getAttribute('aria-busy') === 'false'"
 BUDGET = "The travel budget for 2027 is 4200 euros per person. <b>Not bold</b> <img src=x onerror=alert(1)>\n"
+BUDGET_NAME = "<img src=x onerror=alert(2)> Travel budget.txt"  # the name it is uploaded under: text, never markup
 
 
 def ask(browser: DevTools, question: str, turns: int) -> None:
@@ -47,7 +49,7 @@ def test_the_page(sample_index: tuple[Path, Path], tmp_path: Path, monkeypatch: 
     keys_file = tmp_path / "api_keys.yaml"
     reader = create_key(keys_file, "reader")[1]
     loader = create_key(keys_file, "loader", role="ingester")[1]
-    budget = tmp_path / "budget.txt"
+    budget = tmp_path / BUDGET_NAME
     budget.write_text(BUDGET)
     shots = tmp_path / "screenshots"
     stable = Path(os.environ["RAG_UI_SCREENSHOTS"]) if os.environ.get("RAG_UI_SCREENSHOTS") else None
@@ -116,6 +118,8 @@ def test_the_page(sample_index: tuple[Path, Path], tmp_path: Path, monkeypatch: 
         browser.click("#turns > li:last-child .answer button.cite")
         panel = browser.evaluate("document.querySelector('#sources').innerText")
         assert "inbox/" in panel and "<b>Not bold</b>" in panel
+        heading = browser.evaluate("document.querySelector('#sources li.focused h3').textContent")
+        assert heading.endswith(f"] {BUDGET_NAME}")  # cited by the name it was uploaded under, as text
         assert browser.evaluate("document.querySelectorAll('main b, main img, aside b, aside img').length") == 0
         assert browser.evaluate("document.querySelectorAll('#conversations button').length") == 2
         browser.screenshot(shots / "page-upload.png")

@@ -273,6 +273,8 @@ def test_a_sidecar_of_every_earlier_version_upgrades_in_place(tmp_path: Path, na
     for table, rows in kept.items():
         if table == "sources":  # step 0012 adds body_facts: every source keeps them in use
             rows = [(*row, True) for row in rows]
+        if table == "uploads":  # step 0013 adds upload_name: the client's name was not recorded before
+            rows = [(*row, None) for row in rows]
         assert table_rows(sidecar, table) == rows, table
     for table, rows in chat.items():  # the chat moved to its own file
         assert table_rows(ChatStore.beside(path), table) == rows, table

@@ -14,9 +14,13 @@ import time
 import zipfile
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
+from rag_pipeline.chat.citation_text import SOURCES_HEADING
 from rag_pipeline.components import load_settings
 from rag_pipeline.errors import Conflict, InputError, NotFound
 from rag_pipeline.ingest.uploads import (
@@ -25,10 +29,15 @@ from rag_pipeline.ingest.uploads import (
     sanitize_filename,
     sniff_upload,
     store_upload,
+    upload_name,
 )
 from rag_pipeline.serve.keys import create_key
+from rag_pipeline.serve.public_paths import public_names
+from rag_pipeline.serve.routes.openai_chat import MODEL_ID
+from rag_pipeline.serve.upload_names import with_upload_names
 from rag_pipeline.settings import Settings
-from rag_pipeline_tests.test_api import running_api
+from rag_pipeline.sidecar import Sidecar
+from rag_pipeline_tests.test_api import ingest_and_wait, parse_sse, running_api
 
 from .conftest import REPO
 
@@ -140,16 +149,46 @@ def test_sanitize_filename_caps_the_length() -> None:
     assert len(sanitize_filename("日" * 300, "txt").encode()) <= 200  # 3 bytes each: capped by bytes
 
 
+@pytest.mark.parametrize("given, shown", [
+    ("Budget 2026 (final).txt", "Budget 2026 (final).txt"),
+    ("../../etc/passwd", "passwd"),  # folders are no part of a name
+    ("C:\\Users\\ana\\Plan ü.docx", "Plan ü.docx"),
+    ("<img src=x onerror=alert(1)>\r\nnotes\t.md", "<img src=x onerror=alert(1)> notes .md"),  # text, one line
+    ("evil\x1b[31m\u202egnp.md\u2028x", "evil [31m gnp.md x"),  # no escape, bidi override or line separator
+    ("x" * 400, "x" * 255),
+    ("../..", None), ("  \n ", None), ("", None),
+])
+def test_upload_name_is_harmless_text(given: str, shown: str | None) -> None:
+    assert upload_name(given) == shown
+
+
+def test_upload_names_go_beside_cited_paths_only(tmp_path: Path) -> None:
+    stored = "/srv/data/uploads/inbox/2026/11/26/0f/budget.txt"
+    answer = {"results": [{"path": stored, "chunk_id": "c1"}, {"path": "/srv/handbook/a.md", "chunk_id": "c2"}],
+              "citations": [{"kind": "document", "id": "d1", "path": stored, "label": "D1"}],
+              "trajectory": [{"tool": "search", "args": {"filters": {"path": stored}}}]}  # a filter is no citation
+    named = with_upload_names(answer, {stored: "Budget 2026.txt"})
+    assert [hit.get("upload_name") for hit in named["results"]] == ["Budget 2026.txt", None]
+    assert named["citations"][0]["upload_name"] == "Budget 2026.txt"
+    assert named["trajectory"] == answer["trajectory"] and "upload_name" not in answer["results"][0]
+    shown = public_names(tmp_path, {"inbox": ["/srv/data/uploads/inbox"]}, {stored: "Budget 2026.txt"}).json(answer)
+    assert shown["results"][0] == {"path": "inbox/2026/11/26/0f/budget.txt", "chunk_id": "c1",
+                                   "upload_name": "Budget 2026.txt"}  # the path as the API shows it, name beside
+
+
 def test_store_upload_dedupes_and_refuses(sources_env: Settings) -> None:
     settings = sources_env
     first = store_upload(settings, "inbox", "report.txt", PDF, "alice")
     assert (first.doc_type, first.filename, first.duplicate, first.bytes) == ("pdf", "report.pdf", False, len(PDF))
+    assert first.upload_name == "report.txt"  # the client's name, beside the stored one
     path = Path(first.path)
     root = settings.data_dir.resolve() / "uploads" / "inbox"
     assert re.fullmatch(re.escape(str(root)) + r"/\d{4}/\d{2}/\d{2}/[0-9a-f]{32}/report\.pdf", first.path)
     assert path.read_bytes() == PDF and not path.stat().st_mode & stat.S_IWOTH
     again = store_upload(settings, "inbox", "other-name.pdf", PDF, "bob")
     assert again.duplicate and again.path == first.path and again.id == first.id
+    assert again.upload_name == "report.txt"  # the stored file's name: nothing new is recorded
+    assert Sidecar(settings.sidecar_path).upload_names() == {first.path: "report.txt"}
     assert [p for p in root.rglob("*") if p.is_file()] == [path]
     assert not list((settings.data_dir / "uploads" / ".incoming").iterdir())  # no temporary file left behind
 
@@ -263,6 +302,78 @@ def test_upload_search_list_and_delete(sources_env: Settings) -> None:
         assert str(settings.data_dir) not in json.dumps(overview)  # no server paths for readers
 
 
+HOSTILE_NAME = "<img src=x onerror=alert(1)>\nPump\u202e notes.md"  # markup, a line break, a bidi override
+SHOWN_NAME = "<img src=x onerror=alert(1)> Pump notes.md"  # one line of text, never markup or a path
+SEALS = "how often are the pump seals inspected"
+BOUNDARY = "upload-boundary"
+
+
+def raw_multipart(filename: str, data: bytes) -> bytes:
+    """A multipart body with `filename` as it is (httpx, like browsers, escapes line breaks and quotes in names;
+    a hostile client need not)."""
+    return (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="files"; filename="{filename}"\r\n'
+            f"Content-Type: text/markdown\r\n\r\n").encode() + data + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+async def mcp_search(url: str, query: str) -> dict:
+    """The structured result of the MCP `search` tool over /mcp, through the SDK's own client."""
+    async with Client(streamable_http_client(f"{url}/mcp")) as client:
+        result = await client.call_tool("search", {"query": query, "top_k": 3})
+        assert not result.is_error, result.content
+        return result.structured_content
+
+
+def test_answers_cite_uploads_by_the_names_their_clients_gave(sources_env: Settings) -> None:
+    with running_api(sources_env) as url:
+        ingest_and_wait(url)  # the roots source `handbook`: a document that is no upload
+        raw = httpx.post(f"{url}/sources/inbox/documents", content=raw_multipart(HOSTILE_NAME, PUMPS_MD), timeout=60,
+                         headers={"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+        assert raw.status_code == 202, raw.text
+        [pumps] = raw.json()["documents"]
+        assert pumps["upload_name"] == SHOWN_NAME
+        wait_for_job(url, raw.json()["ingest"]["id"])
+        body = httpx.post(f"{url}/sources/inbox/documents", timeout=60,
+                          files=[("files", ("../../etc/passwd", VALVES_HTML, "text/html"))]).json()
+        [valves] = body["documents"]
+        assert valves["upload_name"] == "passwd"
+        for document in (pumps, valves):  # the name never makes the path
+            assert re.fullmatch(r"inbox/\d{4}/\d{2}/\d{2}/[0-9a-f]{32}/[\w. -]+", document["path"]), document
+        wait_for_job(url, body["ingest"]["id"])
+
+        def search(query: str, **filters: str) -> list[dict]:
+            answer = httpx.post(f"{url}/search", json={"query": query, "top_k": 5, "filters": filters or None},
+                                timeout=60)
+            assert answer.status_code == 200, answer.text
+            return answer.json()["results"]
+
+        [hit, *_] = search(SEALS)
+        assert (hit["path"], hit["upload_name"]) == (pumps["path"], SHOWN_NAME)
+        assert {hit["path"] for hit in search(SEALS, path=pumps["path"])} == {pumps["path"]}  # path filters work
+        [boilers, *_] = search("when are boilers descaled")
+        assert boilers["path"] == "handbook/boilers.md" and "upload_name" not in boilers  # not an upload
+
+        events = parse_sse(httpx.post(f"{url}/ask", json={"question": SEALS}, timeout=120).text)
+        done = events[-1][1]
+        assert done["sources"][0]["path"] == pumps["path"] and done["sources"][0]["upload_name"] == SHOWN_NAME
+
+        chat = httpx.post(f"{url}/chat", json={"message": SEALS}, headers={"Accept": "application/json"},
+                          timeout=120).json()
+        cited = [citation for citation in chat["citations"] if citation["path"] == pumps["path"]]
+        assert cited and all(citation["upload_name"] == SHOWN_NAME for citation in cited)
+
+        completion = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+            "model": MODEL_ID, "messages": [{"role": "user", "content": SEALS}]}).json()
+        message = completion["choices"][0]["message"]
+        assert f"{SHOWN_NAME} ({pumps['path']})" in message["content"].split(SOURCES_HEADING, 1)[1]
+        assert any(citation.get("upload_name") == SHOWN_NAME for citation in message["citations"])
+
+        found = anyio.run(mcp_search, url, SEALS)
+        assert (found["results"][0]["path"], found["results"][0]["upload_name"]) == (pumps["path"], SHOWN_NAME)
+
+        listing = httpx.get(f"{url}/sources/inbox/documents").json()
+        assert sorted(document["upload_name"] for document in listing["documents"]) == [SHOWN_NAME, "passwd"]
+
+
 def test_upload_limits_roles_and_refusals(sources_env: Settings) -> None:
     """Refusals that start no ingest: roles, unknown and roots sources, media type, file count, body size, a request
     whose every file is refused."""
@@ -353,6 +464,33 @@ def test_cli_upload_remove_and_sources(sources_env: Settings, tmp_path: Path) ->
     assert code == 2 and refused["documents"] == [] and refused["ingest"] is None
     code, failed = rag_cli(sources_env, "remove", "handbook", document["id"])
     assert code == 1 and failed["error"]["code"] == "not_an_upload_source"
+
+
+@pytest.mark.slow  # an ingest and four questions in subprocesses
+def test_cli_answers_cite_uploads_by_their_names(sources_env: Settings, tmp_path: Path) -> None:
+    note = tmp_path / "Pump\nnotes <b>.md"  # a line break and markup in a local file's name
+    note.write_bytes(PUMPS_MD)
+    shown = "Pump notes <b>.md"
+    code, uploaded = rag_cli(sources_env, "upload", "inbox", str(note))
+    assert code == 0, uploaded
+    [document] = uploaded["documents"]
+    assert document["upload_name"] == shown and "\n" not in document["path"]
+
+    code, found = rag_cli(sources_env, "search", SEALS)
+    assert code == 0 and (found["results"][0]["path"], found["results"][0]["upload_name"]) == (
+        document["path"], shown)
+    code, answer = rag_cli(sources_env, "ask", SEALS)
+    assert code == 0 and answer["sources"][0]["upload_name"] == shown
+
+    def printed(*argv: str) -> str:
+        process = subprocess.run([sys.executable, "-m", "rag_pipeline", *argv, "--data-dir",
+                                  str(sources_env.data_dir)], capture_output=True, text=True, timeout=600,
+                                 env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+        assert process.returncode == 0, process.stderr
+        return process.stdout
+
+    assert f"[1] {shown} ({document['path']}:" in printed("ask", SEALS)  # the name, then the file's path and line
+    assert f"[1] {shown} ({document['path']})" in printed("chat", SEALS)
 
 
 def store_files_holding(folder: Path, text: bytes) -> list[str]:

@@ -1,5 +1,6 @@
 """An answer's citations as text: the "Sources:" list that closes an answer where only text travels (the
-OpenAI-compatible API, the MCP tools)."""
+OpenAI-compatible API, the MCP tools), and the place of one citation (the CLI's too). An upload is named as its
+client named it (`upload_name`, which the API and the CLI add: serve/upload_names.py), its path after it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def sources_text(citations: list[dict[str, Any]]) -> str:
     lines = []
     for citation in citations:
         mark = citation.get("label") or citation.get("number")
-        where = [str(citation.get("path") or "")]
+        where = [named_place(str(citation.get("path") or ""), citation)]
         if citation.get("page"):
             where.append(f"page {citation['page']}")
         if citation.get("line_start"):
@@ -22,3 +23,9 @@ def sources_text(citations: list[dict[str, Any]]) -> str:
             where.append(str(citation["heading"]))
         lines.append(f"[{mark}] " + ", ".join(where))
     return SOURCES_HEADING + "\n".join(lines) if lines else ""
+
+
+def named_place(place: str, cited: dict[str, Any]) -> str:
+    """Where a citation is, as people read it: `NAME (place)` for an upload with a name, else the place."""
+    name = cited.get("upload_name")
+    return f"{name} ({place})" if name else place

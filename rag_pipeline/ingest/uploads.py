@@ -6,8 +6,9 @@ source's folder.
 A file's type comes from its bytes (`sniff_upload`), never from its name; its stored name is the sanitised
 basename with the extension of that type (`sanitize_filename`); the client never chooses a folder. Identical bytes
 are stored once per source (the document id is the SHA-256 of the bytes). The sidecar's `uploads` table records
-every stored file. Only an upload source's own files are ever deleted (`remove_document`): a roots source's folders
-belong to their users. The caller syncs the source afterwards (defs/ingest_runner.py `ingest(source=...)`): that indexes
+every stored file, with the name the client gave it as text only (`upload_name`: shown beside the path where the
+document is cited, never part of a path). Only an upload source's own files are ever deleted (`remove_document`):
+a roots source's folders belong to their users. The caller syncs the source afterwards (defs/ingest_runner.py `ingest(source=...)`): that indexes
 new files and purges removed ones. No Dagster here: the API and the CLI call this directly.
 """
 
@@ -40,11 +41,13 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
 MAX_FILENAME_CHARS = 100
+MAX_UPLOAD_NAME_CHARS = 255
 MAX_FILENAME_BYTES = 200
 FALLBACK_NAME = "upload"
 DOCUMENT_ID = re.compile(r"[0-9a-f]{64}")
 UNSAFE_CHARS = re.compile(r"[^\w. -]|_")  # letters and digits of any script stay; `_` is the replacement
 REPEATS = re.compile(r"([._ -])\1+")
+UNPRINTABLE = ("C", "Zl", "Zp")  # Unicode categories an upload's name loses: controls, format marks, line breaks
 INCOMING = ".incoming"  # <data dir>/uploads/.incoming: temporary files, outside every source's folder
 _store_lock = threading.Lock()  # one store or removal at a time in this process: equal bytes are stored once
 
@@ -64,6 +67,7 @@ class UploadResult:
     bytes: int
     doc_type: str
     duplicate: bool = False
+    upload_name: str | None = None  # the name the client gave it (of the first upload, for a duplicate)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,14 +94,17 @@ def sniff_upload(data: bytes, filename: str) -> str:
     raise RefusedUpload(f"{filename!r} is not UTF-8 text ({text_refusal(head)}): an unsupported binary type")
 
 
+def last_part(name: str) -> str:
+    """A client's file name without its folders (either slash) or drive letter."""
+    return re.sub(r"^[A-Za-z]:", "", re.split(r"[/\\]", name or "")[-1])
+
+
 def sanitize_filename(name: str, doc_type: str) -> str:
     """The stored name of an upload: the basename only (no folders, no drive letter), NFC, only letters and digits
     (of any script), '.', '_', ' ' and '-' (others become '_', runs collapse), no leading dots or spaces, at most
     100 characters and 200 bytes of UTF-8, never empty, ending in the extension of `doc_type` (.markdown and .htm are kept for their
     types)."""
-    base = re.split(r"[/\\]", name or "")[-1]
-    base = re.sub(r"^[A-Za-z]:", "", base)
-    base = UNSAFE_CHARS.sub("_", unicodedata.normalize("NFC", base))
+    base = UNSAFE_CHARS.sub("_", unicodedata.normalize("NFC", last_part(name)))
     base = REPEATS.sub(r"\1", base).lstrip(". ").rstrip(" ")
     stem, dot, suffix = base.rpartition(".")
     if not dot:
@@ -114,6 +121,16 @@ def sanitize_filename(name: str, doc_type: str) -> str:
     while len(f"{stem}.{extension}".encode()) > MAX_FILENAME_BYTES:  # file systems count bytes (255 at most)
         stem = stem[:-1]
     return f"{stem.rstrip('. ') or FALLBACK_NAME}.{extension}"
+
+
+def upload_name(name: str) -> str | None:
+    """The name a client gave an upload, as text to show: its last path part (no folders, no drive letter), NFC,
+    control and format characters and line breaks as spaces, runs of spaces as one, trimmed, at most 255
+    characters; None when nothing is left. Never used to build a path."""
+    shown = "".join(" " if unicodedata.category(char).startswith(UNPRINTABLE) else char
+                    for char in unicodedata.normalize("NFC", last_part(name)))
+    shown = " ".join(shown.split())[:MAX_UPLOAD_NAME_CHARS].strip()
+    return shown if shown not in ("", ".", "..") else None
 
 
 def upload_source(settings: Settings, source: str) -> SourceSpec:
@@ -154,14 +171,16 @@ def store_upload(settings: Settings, source: str, filename: str, data: bytes,
         stale = []
         for row in sidecar.uploads(source, sha):
             if Path(row["path"]).is_file():
-                return UploadResult(sha, row["filename"], row["path"], row["bytes"], doc_type, duplicate=True)
+                return UploadResult(sha, row["filename"], row["path"], row["bytes"], doc_type, duplicate=True,
+                                    upload_name=row["upload_name"])
             stale.append(row["path"])
         sidecar.delete_uploads(stale)
         path = root / relative
         path.parent.mkdir(mode=0o700, parents=True)
         write_atomically(settings.data_dir / "uploads" / INCOMING, path, data)
-        sidecar.record_upload(str(path), source, sha, name, len(data), uploaded_by)
-    return UploadResult(sha, name, str(path), len(data), doc_type)
+        given = upload_name(filename)
+        sidecar.record_upload(str(path), source, sha, name, len(data), uploaded_by, given)
+    return UploadResult(sha, name, str(path), len(data), doc_type, upload_name=given)
 
 
 def check_ingested(settings: Settings, spec: SourceSpec, filename: str, relative: str, doc_type: str,
@@ -296,6 +315,7 @@ def list_documents(settings: Settings, source: str, scope_tags: Iterable[str] | 
         }
         if uploaded:
             document["filename"] = uploaded[0]["filename"]
+            document["upload_name"] = uploaded[0]["upload_name"]
             document["uploaded_at"] = iso(uploaded[0]["uploaded_at"])
         documents.append(document)
     refused = [{"path": row["path"], "reason": row["reason"]} for row in sidecar.source_errors()

@@ -52,6 +52,8 @@ FilterValue = String | Annotated[list[String], Field(min_length=1)]
 # declarations); a key that can be neither is refused here.
 FilterKey = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 Filters = dict[FilterKey, FilterValue]
+UploadName = Annotated[str | None, Field(description="an upload's file name as its client gave it (text only, never a "
+                                                  "path); absent or null for other documents")]
 FILTERS_DESCRIPTION = ("field: value (or a list of values, any of which matches); every condition must hold. Fields: "
                        f"{', '.join(FILTER_KEYS)}, and the document fields declared filterable (GET /fields)")
 
@@ -125,7 +127,8 @@ class ChatResponse(BaseModel):
 
     answer: str
     session_id: str
-    citations: list[dict[str, Any]] = Field(description="passages [n] and documents a metadata result counted [Dn]")
+    citations: list[dict[str, Any]] = Field(description="passages [n] and documents a metadata result counted [Dn] "
+                                                        "(an upload's also carry its upload_name)")
     trajectory: list[dict[str, Any]] = Field(description="each tool call: tool, args, summary, ms, refused")
     exit_reason: Literal["answered", "cap_reached", "fallback", "planned", "cannot_answer"]
     llm_calls: int
@@ -144,7 +147,8 @@ class QueryResponse(BaseModel):
     operation: str = Field(description="what was computed, in words: \"sum of population over 48 documents matching "
                                        "kind = state\"")
     rows: list[dict[str, Any]]
-    documents: list[dict[str, str]] = Field(description="id and path of every document counted (up to the limit)")
+    documents: list[dict[str, str]] = Field(description="id and path (and an upload's upload_name) of every document "
+                                                        "counted (up to the limit)")
     truncated: bool
     total_documents: int
     timings_ms: dict[str, float]
@@ -166,6 +170,7 @@ def with_default_top_k(model: type[StrictBody], top_k: int) -> type[StrictBody]:
 
 class SearchHit(BaseModel):
     path: str | None
+    upload_name: UploadName = None
     header: str
     line_start: int | None
     page: int | None
@@ -228,6 +233,7 @@ class UploadedDocument(BaseModel):
     bytes: int
     doc_type: str
     duplicate: bool = Field(description="the same bytes were already stored in the source: nothing new stored")
+    upload_name: UploadName = None
 
 
 class RejectedFile(BaseModel):
@@ -256,6 +262,7 @@ class SourceDocument(BaseModel):
     model_config = ConfigDict(extra="allow")  # uploads add filename and uploaded_at
 
     id: str
+    upload_name: UploadName = None
     paths: list[str] = Field(description="its paths in this source")
     all_paths: list[str] = Field(description="its paths in every source")
     doc_type: str | None
@@ -430,6 +437,7 @@ class AnswerSource(BaseModel):
 
     number: int
     path: str
+    upload_name: UploadName = None
     heading: str
     page: int | None
     line_start: int | None

@@ -6,7 +6,8 @@ outside both as its file name. The answers' path keys (PATH_KEYS) are shown that
 known folders replaced, and a message (an error's, MESSAGE_KEYS') also has any other absolute path cut to
 `…/<last part>`. The path
 filters a client sends (`path`, `paths`, `path_prefix`, the metadata field `path`) are read back the same way, so a
-path an answer showed filters as before. The CLI runs on the server and shows the real paths.
+path an answer showed filters as before. An upload's documents and passages also get the name its client gave it
+(serve/upload_names.py). The CLI runs on the server and shows the real paths.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rag_pipeline.ingest.sources import configured_sources
+from rag_pipeline.serve.upload_names import with_upload_names
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline.structured.query import StateCache, file_state
@@ -36,9 +38,10 @@ WHERE_PATH = re.compile(r"^(\s*path\s*(?:=|~)\s*)(.*)$", re.DOTALL)  # a CLI-for
 
 @dataclass(frozen=True)
 class PublicPaths:
-    """The folders a server path may lie in and the names they are shown as."""
+    """The folders a server path may lie in and the names they are shown as, and the uploads' names."""
 
     folders: tuple[tuple[str, str], ...]  # (absolute folder, shown name), the longest folder first
+    upload_names: Mapping[str, str] = field(default_factory=dict)  # stored path -> the name its client gave it
 
     def show(self, path: str) -> str:
         """A path as the API shows it (a string that is no absolute path stays as it is)."""
@@ -66,13 +69,17 @@ class PublicPaths:
         return ANY_PATH.sub(lambda match: "…/" + match.group().rstrip("/").rsplit("/", 1)[-1], self.text(text))
 
     def json(self, data: Any) -> Any:
-        """An answer (JSON data) as the API shows it: PATH_KEYS' values shown, other strings' folders replaced."""
+        """An answer (JSON data) as the API shows it: uploads named, PATH_KEYS' values shown, other strings' folders
+        replaced."""
+        return self._shown(with_upload_names(data, self.upload_names))
+
+    def _shown(self, data: Any) -> Any:
         if isinstance(data, Mapping):
             return {key: self._paths(value) if key in PATH_KEYS else
-                    self.message(value) if key in MESSAGE_KEYS and isinstance(value, str) else self.json(value)
+                    self.message(value) if key in MESSAGE_KEYS and isinstance(value, str) else self._shown(value)
                     for key, value in data.items()}
         if isinstance(data, (list, tuple)):
-            return [self.json(item) for item in data]
+            return [self._shown(item) for item in data]
         return self.text(data) if isinstance(data, str) else data
 
     def _paths(self, value: Any) -> Any:
@@ -80,7 +87,7 @@ class PublicPaths:
             return self.show(value)
         if isinstance(value, list):
             return [self._paths(item) for item in value]
-        return self.json(value)
+        return self._shown(value)
 
     def filters(self, filters: Mapping[str, Any] | None) -> dict[str, Any] | None:
         """A request's search filters with the path filters read back to server paths."""
@@ -133,8 +140,10 @@ class PublicPaths:
         return value
 
 
-def public_names(data_dir: Path, roots: Mapping[str, list[str]]) -> PublicPaths:
-    """The shown names of the sources' roots (source -> its roots) and of the data dir."""
+def public_names(data_dir: Path, roots: Mapping[str, list[str]],
+                 upload_names: Mapping[str, str] | None = None) -> PublicPaths:
+    """The shown names of the sources' roots (source -> its roots) and of the data dir, with the uploads' names
+    (stored path -> name)."""
     folders = [(str(data_dir.resolve()), DATA_DIR)]
     for source, paths in roots.items():
         if len(paths) == 1:
@@ -146,12 +155,12 @@ def public_names(data_dir: Path, roots: Mapping[str, list[str]]) -> PublicPaths:
             seen[name] = seen.get(name, 0) + 1
             folders.append((path, f"{source}/{name}" + (f"-{seen[name]}" if seen[name] > 1 else "")))
     folders = [(folder.rstrip("/") or "/", name) for folder, name in folders if folder.startswith("/")]
-    return PublicPaths(tuple(sorted(folders, key=lambda entry: -len(entry[0]))))
+    return PublicPaths(tuple(sorted(folders, key=lambda entry: -len(entry[0]))), dict(upload_names or {}))
 
 
 class ServerPaths:
-    """The PublicPaths of one server: its sources' roots as synced (else as configured), re-read when the sidecar
-    or the sources file changes."""
+    """The PublicPaths of one server: its sources' roots as synced (else as configured) and its uploads' names,
+    re-read when the sidecar or the sources file changes."""
 
     def __init__(self, settings: Settings, sidecar: Sidecar) -> None:
         self.settings, self.sidecar = settings, sidecar
@@ -164,11 +173,13 @@ class ServerPaths:
 
     def _read(self) -> PublicPaths:
         roots: dict[str, list[str]] = {}
+        names: dict[str, str] = {}
         try:  # an error's answer uses this too: a sidecar or sources file that cannot be read leaves what can be
             roots = {name: list(row["roots"] or []) for name, row in self.sidecar.sources().items()}
+            names = self.sidecar.upload_names()
             for name, spec in configured_sources(self.settings).items():
                 roots.setdefault(name, [str(root) for root in spec.roots])
         except Exception as error:
             log.warning("the API shows paths by the roots it could read: %s", error)
             roots.setdefault("default", [str(Path(root).resolve()) for root in self.settings.roots])
-        return public_names(self.settings.data_dir, roots)
+        return public_names(self.settings.data_dir, roots, names)

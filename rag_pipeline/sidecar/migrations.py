@@ -144,6 +144,7 @@ STEPS: tuple[Step, ...] = (
     Step("0011_chat_own_file", "", marks=(), data=lambda con: move_chat_out(con)),
     Step("0012_source_body_facts", "ALTER TABLE sources ADD COLUMN IF NOT EXISTS body_facts BOOLEAN DEFAULT true;",
          marks=()),
+    Step("0013_upload_names", "ALTER TABLE uploads ADD COLUMN IF NOT EXISTS upload_name VARCHAR;", marks=()),
 )
 
 

@@ -67,13 +67,19 @@ class SourceTables(SidecarFile):
             "ORDER BY s.name")
 
     def record_upload(self, path: str, source: str, sha: str, filename: str, size: int,
-                      uploaded_by: str | None) -> datetime:
-        """One stored upload (its path under the source's upload folder); returns its uploaded_at."""
+                      uploaded_by: str | None, upload_name: str | None = None) -> datetime:
+        """One stored upload (its path under the source's upload folder, its stored `filename` and the
+        `upload_name` the client gave it); returns its uploaded_at."""
         stamp = now()
         with self.connect() as con:
-            insert_rows(con, "uploads", UPLOAD_COLUMNS, [(path, source, sha, filename, size, uploaded_by, stamp)],
-                        replace=True)
+            insert_rows(con, "uploads", UPLOAD_COLUMNS,
+                        [(path, source, sha, filename, size, uploaded_by, stamp, upload_name)], replace=True)
         return stamp
+
+    def upload_names(self) -> dict[str, str]:
+        """Stored path -> the name its client gave it, of every upload recorded with one."""
+        rows = self._rows("SELECT path, upload_name FROM uploads WHERE upload_name IS NOT NULL")
+        return {row["path"]: row["upload_name"] for row in rows}
 
     def uploads(self, source: str, sha: str | None = None) -> list[dict[str, Any]]:
         """The recorded uploads of a source (of the bytes `sha` only, when given), oldest first."""

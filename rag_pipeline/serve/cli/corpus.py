@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rag_pipeline.chat.citation_text import named_place
 from rag_pipeline.errors import InputError
 from rag_pipeline.serve.cli.data_dir import require_data_dir
 from rag_pipeline.settings import Settings
@@ -80,7 +81,7 @@ def run_upload(args: argparse.Namespace, settings: Settings) -> int:
     else:
         for document in documents:
             note = " (already stored)" if document["duplicate"] else ""
-            print(f"{document['id']}  {document['doc_type']:5} {document['path']}{note}")
+            print(f"{document['id']}  {document['doc_type']:5} {named_place(document['path'], document)}{note}")
         print_ingest_summary(summary, settings)
     return 0
 

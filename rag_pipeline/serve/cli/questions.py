@@ -1,4 +1,5 @@
-"""`rag-pipeline search`, `ask`, `query`, `chat`, `fields` and `inspect`: asking the index and reading the sidecar."""
+"""`rag-pipeline search`, `ask`, `query`, `chat`, `fields` and `inspect`: asking the index and reading the sidecar.
+Answers name uploads as their clients named them (`upload_name`, serve/upload_names.py), as the API does."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from rag_pipeline.chat.citation_text import named_place
 from rag_pipeline.errors import InputError, RagError
 from rag_pipeline.serve.cli.data_dir import require_data_dir, require_index
 from rag_pipeline.settings import Settings
@@ -41,10 +43,18 @@ def opened_retriever(args: argparse.Namespace, settings: Settings) -> Iterator[t
         retriever.close()
 
 
+def with_names(data: Any, settings: Settings) -> Any:
+    """An answer (JSON data) with the uploads it cites named (serve/upload_names.py)."""
+    from rag_pipeline.serve.upload_names import with_upload_names
+    from rag_pipeline.sidecar import Sidecar
+
+    return with_upload_names(data, Sidecar(settings.sidecar_path).upload_names())
+
+
 def run_search(args: argparse.Namespace, settings: Settings) -> int:
     filters = parse_filters(args.filter)
     with opened_retriever(args, settings) as (retriever, top_k):
-        output = retriever.search(args.query, top_k=top_k, filters=filters).to_json()
+        output = with_names(retriever.search(args.query, top_k=top_k, filters=filters).to_json(), settings)
     if args.json:
         print(json.dumps(output))
     else:
@@ -61,10 +71,11 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     with opened_retriever(args, settings) as (retriever, top_k):
         for item in answerer(settings, retriever).stream(args.question, top_k=top_k, filters=filters):
             if isinstance(item, Answer):
+                shown = with_names(item.to_json(), settings)
                 if args.json:
-                    print(json.dumps(item.to_json()))
+                    print(json.dumps(shown))
                 else:
-                    print_sources(item)
+                    print_sources(shown)
             elif not args.json:
                 print(item, end="", flush=True)
     return 0
@@ -74,7 +85,7 @@ def print_search(output: dict[str, Any]) -> None:
     for warning in output["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     for rank, result in enumerate(output["results"], start=1):
-        where = cited_place(result["path"], result["line_start"], result["page"])
+        where = named_place(cited_place(result["path"], result["line_start"], result["page"]), result)
         print(f"{rank:>2}. {result['score']:.4f}  {where}  {result['header']}")
         for other in result["paths"][1:]:
             print(f"    also at {other}")
@@ -88,15 +99,16 @@ def cited_place(path: str, line: int | None, page: int | None) -> str:
     return path + (f":{line}" if line else "") + (f" (page {page})" if page else "")
 
 
-def print_sources(answer: Any) -> None:
+def print_sources(answer: dict[str, Any]) -> None:
+    """The answer's sources (its JSON form) after its streamed text."""
     print()
-    for warning in answer.warnings:
+    for warning in answer["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
-    for source in answer.sources:
-        page = f", page {source.page}" if source.page else ""
-        line = f":{source.line_start}" if source.line_start else ""
-        print(f"[{source.number}] {source.path}{line}{page}  {source.heading}")
-        for other in source.paths[1:]:
+    for source in answer["sources"]:
+        page = f", page {source['page']}" if source["page"] else ""
+        line = f":{source['line_start']}" if source["line_start"] else ""
+        print(f"[{source['number']}] {named_place(source['path'] + line, source)}{page}  {source['heading']}")
+        for other in source["paths"][1:]:
             print(f"    also at {other}")
 
 
@@ -135,7 +147,7 @@ def run_query(args: argparse.Namespace, settings: Settings) -> int:
 
         print(withheld_warning(len(result.withheld)), file=sys.stderr)
     if args.json:
-        print(json.dumps(result.to_json(), default=str))
+        print(json.dumps(with_names(result.to_json(), settings), default=str))
         return 0
     from rag_pipeline.serve.inspect import format_rows
 
@@ -193,6 +205,8 @@ def print_turn(service, message: str, session: str | None, as_json: bool) -> dic
 
     done: dict = {}
     for event, data in service.stream(message, LOCAL_OWNER, session):
+        if event == "done":
+            data = with_names(data, service.settings)
         if as_json:
             if event == "done":
                 done = data
@@ -209,7 +223,7 @@ def print_turn(service, message: str, session: str | None, as_json: bool) -> dic
             print()
             for citation in data["citations"]:
                 label = citation.get("label") or f"[{citation.get('number')}]"
-                print(f"  {label} {citation['path']}")
+                print(f"  {label} {named_place(citation['path'], citation)}")
             print(f"  (session {data['session_id']}, {data['exit_reason']}, {len(data['trajectory'])} tool call(s))",
                   file=sys.stderr)
     if done:

@@ -82,6 +82,9 @@ async function* serverEvents(response) {
 // --- citations and the sources panel ----------------------------------------------------------------------------
 function citationKey(citation) { return String(citation.label || citation.number); }
 
+// What a citation names: an upload's name as its client gave it, else its path.
+function citedName(citation) { return citation.upload_name || citation.path || ""; }
+
 function where(citation) {
   const parts = [];
   if (citation.heading) parts.push(citation.heading);
@@ -116,11 +119,13 @@ function showSources(citations, focusKey) {
   for (const citation of citations) {
     const key = citationKey(citation);
     const details = [];
+    if (citation.upload_name) details.push(el("p", { class: "where" }, "uploaded, stored as " + citation.path));
     if (where(citation)) details.push(el("p", { class: "where" }, where(citation)));
     if (typeof citation.score === "number") details.push(el("p", { class: "score" }, "score " + citation.score.toFixed(3)));
     if (citation.text) details.push(el("blockquote", {}, citation.text));
     if (citation.kind === "document") details.push(el("p", { class: "where" }, "a document the exact answer counted"));
-    const item = el("li", { tabindex: "-1", "data-key": key }, el("h3", {}, `[${key}] `, citation.path || ""), ...details);
+    const heading = el("h3", {}, `[${key}] `, citedName(citation));
+    const item = el("li", { tabindex: "-1", "data-key": key }, heading, ...details);
     if (key === focusKey) { item.classList.add("focused"); focused = item; }
     list.append(item);
   }
@@ -151,7 +156,8 @@ function showExact(turn, trajectory, citations) {
   }
   if (documents.length) {
     turn.exact.append(el("li", {}, "Documents counted: ",
-      ...documents.flatMap((citation) => [citeButton(citationKey(citation), citations), " ", citation.path, " "])));
+      ...documents.flatMap((citation) => [
+        citeButton(citationKey(citation), citations), " ", citedName(citation), " "])));
   }
 }
 
@@ -161,7 +167,7 @@ function finishTurn(turn, text, citations, trajectory) {
   showExact(turn, trajectory, citations);
   if (citations.length) {
     turn.sources.replaceChildren("Sources: ", ...citations.flatMap((citation) => [
-      citeButton(citationKey(citation), citations), " " + (citation.path || "") + " "]));
+      citeButton(citationKey(citation), citations), " " + citedName(citation) + " "]));
   }
 }
 
@@ -169,8 +175,9 @@ function finishTurn(turn, text, citations, trajectory) {
 function askCitations(done) {
   const cited = new Set(done.citations);
   return done.sources.filter((source) => cited.has(source.number)).map((source) => ({
-    kind: "passage", number: source.number, path: source.path, heading: source.heading, page: source.page,
-    line_start: source.line_start, score: source.score, text: source.text }));
+    kind: "passage", number: source.number, path: source.path, upload_name: source.upload_name,
+    heading: source.heading, page: source.page, line_start: source.line_start, score: source.score,
+    text: source.text }));
 }
 
 async function send(question, mode) {
@@ -277,7 +284,8 @@ async function upload(event) {
     { method: "POST", headers: authHeaders({}), body: form });
   if (!response.ok) { status.textContent = await errorMessage(response); return; }
   const result = await response.json();
-  const stored = result.documents.map((document) => document.filename || document.path).join(", ");
+  const stored = result.documents.map((document) => document.upload_name || document.filename || document.path)
+    .join(", ");
   const rejected = result.rejected.map((file) => `${file.filename}: ${file.error.message}`).join("; ");
   status.textContent = `Stored ${result.documents.length}: ${stored}.` + (rejected ? ` Refused: ${rejected}.` : "") +
     (result.ingest ? " Ingesting…" : "");
