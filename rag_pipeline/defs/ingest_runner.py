@@ -84,7 +84,8 @@ def held_store(rag: RagResource) -> Iterator[None]:
                                   "RAG_INGEST_STORE_WAIT_S)") from None
             time.sleep(STORE_POLL_S)
     try:
-        yield
+        with store.holding():
+            yield
     finally:
         store.close()
 

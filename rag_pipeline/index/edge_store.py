@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ class EdgeStore(VectorStore):
         self.collection = collection
         self.dimension = dimension
         self.openers = 0
+        self.holders = 0  # openers that only keep the store from other processes (VectorStore.holding)
         self._hnsw = hnsw
         self._search_params = qe.SearchParams(hnsw_ef=hnsw.ef)
         self._lock_fd = _lock(path)
@@ -159,13 +161,23 @@ class EdgeStore(VectorStore):
         """Run the segment optimizers (merging, HNSW building, vacuum), which qdrant-edge never runs by itself."""
         self._shard.optimize()
 
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        with _registry_lock:
+            self.holders += 1
+        try:
+            yield
+        finally:
+            with _registry_lock:
+                self.holders -= 1
+
     def compact(self) -> None:
         """Rewrite the shard with its live points only, in a new folder swapped in for the old one. Deleting a point
         leaves its payload (the chunk's text) in the segment files until an optimizer vacuums them and in the
         write-ahead log until later writes overwrite it; the new shard's files never held it. Refused (StoreLocked)
-        while another opener in this process uses the store."""
+        while another opener in this process uses the store (an ingest's hold does not count: it uses nothing)."""
         with _registry_lock:
-            if self.openers > 1:
+            if self.openers - self.holders > 1:
                 raise StoreLocked(f"the embedded vector store {self.path} is still open in this process")
             fresh, retired = _compaction_paths(self.path)
             shutil.rmtree(fresh, ignore_errors=True)

@@ -11,7 +11,8 @@ import hashlib
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
@@ -330,6 +331,12 @@ class VectorStore(ABC):
     def compact(self) -> None:
         """Make deleted points' payloads leave the store's files (RAG_COMPACT_AFTER_PURGE). Nothing by default: a
         Qdrant server vacuums deleted points by itself and keeps its write-ahead log to itself."""
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Mark this opener, for the block, as one that only keeps the store from other processes (an ingest's
+        hold): compaction does not wait for it. Nothing by default (a server store is shared)."""
+        yield
 
     @abstractmethod
     def info(self) -> dict[str, Any]:
