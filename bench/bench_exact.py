@@ -31,10 +31,12 @@ import yaml
 
 from rag_pipeline import components
 from rag_pipeline.chat.memory import LOCAL_OWNER, ChatMemory
+from rag_pipeline.chat.planner import QUERY_METADATA, field_catalog, plan
 from rag_pipeline.chat.turn import ChatService
 from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.llm import build_llm
 from rag_pipeline.sidecar import ChatStore, Sidecar
+from rag_pipeline.structured.query import QueryRunner
 
 # The business terms of the dataset's README, as a user declares them (the field names each corpus states), and the
 # names of the whole collection (its subject, the United States).
@@ -100,13 +102,32 @@ def judge(done: dict[str, Any], gold: Any) -> str:
     return "right" if same(exact.get("answer"), gold) else "wrong"
 
 
+def planned_ms(settings: Any, sidecar: Sidecar, embedder: Any, question: str) -> float:
+    """Milliseconds of the exact question alone, as a chat turn plans and runs it: the catalog, the plan, and
+    every metadata query of it with its alternative readings (no answer composed, no session saved)."""
+    began = time.perf_counter()
+    runner = QueryRunner(settings, sidecar)
+    for action in plan(question, field_catalog(settings, sidecar, None, embedder)):
+        if action.tool == QUERY_METADATA:
+            for args in (action.args, *action.alternatives):
+                runner.run_json(args)
+    return (time.perf_counter() - began) * 1000
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+    return {"p50": round(statistics.median(ordered), 1), "p95": round(ordered[int(0.95 * (len(ordered) - 1))], 1)}
+
+
 def run(corpus: str, sources: Path, work: Path, questions: list[dict[str, Any]], agent: bool,
         misses: bool) -> dict[str, Any]:
     settings = components.load_settings(data_dir=work / corpus / "data", sources_file=sources)
     retriever = components.open_retriever(settings, semantic_cache=False)
     try:
-        service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_path),
-                              ChatMemory(ChatStore.beside(settings.sidecar_path), settings.chat_retention_days),
+        service = ChatService(settings, components.answerer(settings, retriever), Sidecar(settings.sidecar_location),
+                              ChatMemory(ChatStore.beside(settings.sidecar_location), settings.chat_retention_days),
                               build_llm(settings) if agent else None)
         outcomes, latencies, by_type = Counter(), [], defaultdict(Counter)
         missed = []
@@ -122,18 +143,20 @@ def run(corpus: str, sources: Path, work: Path, questions: list[dict[str, Any]],
                                "question": question["question"], "gold": question["answer"],
                                "got": (done.get("exact") or {}).get("answer"), "answer": done["answer"][:300],
                                "trajectory": [step["args"] for step in done["trajectory"]]})
+        planned = [planned_ms(settings, service.sidecar, retriever.embedder, question["question"])
+                   for question in questions] if not agent else []
     finally:
         retriever.close()
     total = len(questions)
-    ordered = sorted(latencies)
     return {
         "corpus": corpus, "questions": total,
         **{verdict: round(outcomes[verdict] / total, 4) for verdict in ("right", "cannot", "wrong")},
         "by_type": {kind: {"questions": sum(counts.values()),
                            **{verdict: counts[verdict] for verdict in ("right", "cannot", "wrong")}}
                     for kind, counts in sorted(by_type.items())},
-        "latency_ms": {"p50": round(statistics.median(ordered), 1),
-                       "p95": round(ordered[int(0.95 * (len(ordered) - 1))], 1)},
+        "latency_ms": percentiles(latencies),  # a chat turn: plan, queries, answer, the session saved
+        "exact_question_ms": percentiles(planned),  # the exact question alone: plan and its queries
+
         "misses": missed,
     }
 
@@ -159,7 +182,9 @@ def main() -> None:
         reports.append(report)
         print(f"{corpus}: {report['questions']} questions: right {report['right']:.1%}, can't answer "
               f"{report['cannot']:.1%}, wrong {report['wrong']:.1%}; p50 {report['latency_ms']['p50']} ms, "
-              f"p95 {report['latency_ms']['p95']} ms")
+              f"p95 {report['latency_ms']['p95']} ms per chat turn"
+              + (f"; the exact question alone p50 {report['exact_question_ms']['p50']} ms, "
+                 f"p95 {report['exact_question_ms']['p95']} ms" if report["exact_question_ms"] else ""))
         for kind, counts in report["by_type"].items():
             print(f"  {kind:12} {counts['questions']:4}  right {counts['right']:4}  cannot {counts['cannot']:4}  "
                   f"wrong {counts['wrong']:4}")
