@@ -28,3 +28,12 @@ def read_sources_file(path: Path) -> dict:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the sources file must be a mapping with a `sources:` key")
     return raw
+
+
+def sources_file_mtime(path: Path) -> int:
+    """The file's modification time (ns), the key of caches that read it again when it changes; ConfigError when
+    it cannot be read."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the sources file (RAG_SOURCES_FILE): {error}") from error

@@ -34,7 +34,7 @@ from rag_pipeline.fields.values import (
     text_kind,
 )
 from rag_pipeline.settings import Settings
-from rag_pipeline.sources_file import read_sources_file
+from rag_pipeline.sources_file import read_sources_file, sources_file_mtime
 
 EnrichMethod = Literal["llm", "classify", "lead"]
 ENRICH_METHODS: tuple[EnrichMethod, ...] = ("llm", "classify", "lead")
@@ -144,11 +144,7 @@ def declared_fields(settings: Settings) -> dict[str, FieldSpec]:
     path = settings.sources_file
     if path is None:
         return {}
-    try:
-        mtime = Path(path).stat().st_mtime_ns
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read the sources file (RAG_SOURCES_FILE): {error}") from error
-    return _declared(Path(path), mtime)
+    return _declared(Path(path), sources_file_mtime(Path(path)))
 
 
 def filterable_fields(settings: Settings) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any
 from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.fields.values import FIELD_NAME, text_kind
 from rag_pipeline.settings import Settings
-from rag_pipeline.sources_file import read_sources_file
+from rag_pipeline.sources_file import read_sources_file, sources_file_mtime
 
 _CONDITION = re.compile(r"\s*([a-z][a-z0-9_]*)\s*(>=|<=|>|<|=)\s*(.+?)\s*$")
 OPERATORS = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
@@ -86,11 +86,7 @@ def declared_terms(settings: Settings) -> tuple[Term, ...]:
     path = settings.sources_file
     if path is None:
         return ()
-    try:
-        mtime = Path(path).stat().st_mtime_ns
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read the sources file (RAG_SOURCES_FILE): {error}") from error
-    return _declared(Path(path), mtime)
+    return _declared(Path(path), sources_file_mtime(Path(path)))
 
 
 def with_terms(body: Any, terms: tuple[Term, ...]) -> Any:
