@@ -26,6 +26,7 @@ from rag_pipeline.fields.terms import declared_terms
 from rag_pipeline.index.vector_store import Scope
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.structured.operations import BY_NAME
 from rag_pipeline.structured.profile import corpus_profile
 from rag_pipeline.structured.query import load_registry
 
@@ -40,9 +41,9 @@ EXACT_KINDS = ("count", "sum", "avg", "superlative", "grouping", "comparative")
 # ("how many sessions did the team run"): it is searched, not refused.
 MAX_UNMAPPED_WORDS = 2
 _WORD = re.compile(r"[a-z]+")
-# Words that ask where documents and the roster disagree.
-MISMATCH_WORDS = {"contradict", "contradicts", "contradicting", "disagree", "disagrees", "mismatch", "mismatches",
-                  "mismatched", "conflict", "conflicts", "differ", "differs", "inconsistent"}
+# The reconciliation operation's one-word cues ask where documents and the roster disagree ("contradicts").
+MISMATCH = re.compile(r"\b(?:%s)(?:s|es|ed|ing)?\b" % "|".join(
+    cue for cue in BY_NAME["reconciliation"].cues if " " not in cue))
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def roster_finding(clause: str) -> str | None:
         return "MISSING_IN_ROSTER"
     if re.search(r"\bonly (?:in|on) the rosters?\b", text):
         return "ROSTER_ONLY"
-    if words & MISMATCH_WORDS:
+    if MISMATCH.search(text):
         return "MISMATCH"
     return None
 

@@ -114,7 +114,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("reconciliation", "the roster's findings about documents (where status: MISMATCH, NOT_STATED, "
                                 "MISSING_IN_ROSTER, ROSTER_ONLY, MATCH, AMBIGUOUS_KEY; field; roster) with the "
                                 "documents concerned", ("where", "limit"), answer="documents",
-              cues=("mismatch", "contradict", "disagree with the roster", "not in the roster"), example={}),
+              cues=("mismatch", "contradict", "disagree", "conflict", "differ", "inconsistent", "not in the roster",
+                    "only in the roster"), example={}),
 )
 BY_NAME: dict[str, Operation] = {operation.name: operation for operation in OPERATIONS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
