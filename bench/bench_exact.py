@@ -102,11 +102,10 @@ def judge(done: dict[str, Any], gold: Any) -> str:
     return "right" if same(exact.get("answer"), gold) else "wrong"
 
 
-def planned_ms(settings: Any, sidecar: Sidecar, embedder: Any, question: str) -> float:
+def planned_ms(settings: Any, sidecar: Sidecar, runner: QueryRunner, embedder: Any, question: str) -> float:
     """Milliseconds of the exact question alone, as a chat turn plans and runs it: the catalog, the plan, and
     every metadata query of it with its alternative readings (no answer composed, no session saved)."""
     began = time.perf_counter()
-    runner = QueryRunner(settings, sidecar)
     for action in plan(question, field_catalog(settings, sidecar, None, embedder)):
         if action.tool == QUERY_METADATA:
             for args in (action.args, *action.alternatives):
@@ -143,7 +142,8 @@ def run(corpus: str, sources: Path, work: Path, questions: list[dict[str, Any]],
                                "question": question["question"], "gold": question["answer"],
                                "got": (done.get("exact") or {}).get("answer"), "answer": done["answer"][:300],
                                "trajectory": [step["args"] for step in done["trajectory"]]})
-        planned = [planned_ms(settings, service.sidecar, retriever.embedder, question["question"])
+        runner = QueryRunner(settings, service.sidecar)
+        planned = [planned_ms(settings, service.sidecar, runner, retriever.embedder, question["question"])
                    for question in questions] if not agent else []
     finally:
         retriever.close()
