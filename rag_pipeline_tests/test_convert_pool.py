@@ -63,11 +63,11 @@ def test_pool_gives_the_same_markdown_as_in_process(tmp_path: Path, monkeypatch:
 
 
 def test_a_document_that_hangs_or_kills_its_worker_fails_alone(tmp_path: Path) -> None:
-    hangs, dies = tmp_path / "hangs.pdf", tmp_path / "dies.docx"
-    os.mkfifo(hangs)  # docling blocks reading a FIFO nobody writes to
-    os.mkfifo(dies)
+    hangs, dies = tmp_path / "hangs.pdf", tmp_path / "dies.pdf"
+    os.mkfifo(hangs)  # opening a FIFO nobody writes to blocks
+    os.mkfifo(dies)  # once the killer opens it, its reader blocks reading the first bytes until it is killed
     good = [(DOCUMENTS / "lorem_ipsum.docx", "docx"), (DOCUMENTS / "example_03.html", "html")]
-    jobs = [(hangs, "pdf"), (dies, "docx"), *good]
+    jobs = [(hangs, "pdf"), (dies, "pdf"), *good]
 
     def kill_the_reader() -> None:
         with dies.open("wb"):  # returns once a worker has opened the FIFO to read it
