@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +34,17 @@ def parse_chunking_id(chunking_id: str) -> dict[str, object]:
     chunker, size, overlap, window = match.groups()
     found: dict[str, object] = {"chunker": chunker, "chunk_size": int(size), "chunk_overlap": int(overlap)}
     return found | ({"sentence_window": int(window)} if window else {})
+
+
+def user_cache_dir(name: str) -> Path | None:
+    """$XDG_CACHE_HOME/rag_pipeline/<name> (default ~/.cache/...) when it exists or can be made; None otherwise."""
+    try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        directory = base / "rag_pipeline" / name
+        directory.mkdir(parents=True, exist_ok=True)
+    except (OSError, RuntimeError):  # no home directory, or a read-only one
+        return None
+    return directory if os.access(directory, os.W_OK) else None
 
 
 class Settings(BaseSettings):
@@ -122,7 +134,8 @@ class Settings(BaseSettings):
     embedding_model_path: str | None = None
     # How a local model runs: "onnx-int8" (ONNX Runtime, MatMul weights quantised to int8 per channel), "onnx"
     # (fp32: the vectors of "torch") or "torch" (sentence-transformers on PyTorch). The ONNX files are exported
-    # from the model's own files on first use into onnx_cache_dir (default <data dir>/models); nothing is
+    # from the model's own files on first use into onnx_cache_dir (default $XDG_CACHE_HOME/rag_pipeline/onnx, i.e.
+    # ~/.cache/rag_pipeline/onnx, shared by every data dir; <data dir>/models if that is not writable); nothing is
     # downloaded. A data dir with an active index keeps the runtime it was built with unless this is set.
     embedding_runtime: Literal["onnx-int8", "onnx", "torch"] = "onnx-int8"
     onnx_cache_dir: Path | None = None
@@ -391,7 +404,9 @@ class Settings(BaseSettings):
 
     @property
     def onnx_models_dir(self) -> Path:
-        return self.onnx_cache_dir or self.data_dir / "models"
+        """RAG_ONNX_CACHE_DIR, else the user's cache (one export per machine, whichever data dir asks first), else
+        <data dir>/models when the user has no writable cache."""
+        return self.onnx_cache_dir or user_cache_dir("onnx") or self.data_dir / "models"
 
     @property
     def embedding_cache_path(self) -> Path:

@@ -23,6 +23,7 @@ from rag_pipeline.embed.onnx_embedder import OnnxEmbedder
 from rag_pipeline.embed.onnx_export import exported_model
 from rag_pipeline.embed.torch_embedder import SentenceTransformerEmbedder
 from rag_pipeline.llm.ollama import OllamaEmbedder
+from rag_pipeline.settings import Settings
 from rag_pipeline_tests.conftest import DATASETS
 from rag_pipeline_tests.fake_ollama import (
     FAKE_DIMENSION,
@@ -277,3 +278,19 @@ def test_onnx_export_refuses_a_model_it_cannot_export(tmp_path: Path) -> None:
                                                                "type": "sentence_transformers.models.Dense"}]))
     with pytest.raises(EmbedderUnavailable, match="RAG_EMBEDDING_RUNTIME=torch"):
         build_embedder(model_path=str(model), runtime="onnx-int8", onnx_cache_dir=str(tmp_path / "cache"))
+
+
+def test_the_onnx_export_is_shared_by_every_data_dir_of_a_user(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAG_ONNX_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first, second = Settings(data_dir=tmp_path / "one"), Settings(data_dir=tmp_path / "two")
+    assert first.onnx_models_dir == second.onnx_models_dir == tmp_path / "cache" / "rag_pipeline" / "onnx"
+    assert first.onnx_models_dir.is_dir()
+    # A user without a usable cache directory keeps the export in the data dir.
+    (tmp_path / "a file").write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a file"))
+    assert Settings(data_dir=tmp_path / "one").onnx_models_dir == tmp_path / "one" / "models"
+    # RAG_ONNX_CACHE_DIR wins.
+    monkeypatch.setenv("RAG_ONNX_CACHE_DIR", str(tmp_path / "set"))
+    assert Settings(data_dir=tmp_path / "one").onnx_models_dir == tmp_path / "set"
