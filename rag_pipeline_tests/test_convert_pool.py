@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline.defs import ingest_runner
 from rag_pipeline.defs.ingest_runner import ingest
+from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.ingest.convert import Outcome, conversions, convert_outcome, worker_handler
 from rag_pipeline.ingest.converters import DocumentConverter
+from rag_pipeline.ingest.plan import docling_pending, pending_shards
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
 from rag_pipeline.settings import Settings
 
@@ -102,3 +105,26 @@ def test_ingest_records_a_failing_document_of_the_pool_as_its_error(tmp_path: Pa
     assert summary["added"] == STEP_DOCUMENTS
     assert [failure["path"].rsplit("/", 1)[-1] for failure in summary["failed"]] == ["corrupt.pdf"]
     assert summary["failed"][0]["error"].startswith("not a valid PDF")
+
+
+def test_an_ingest_with_documents_for_docling_starts_their_workers_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "notes.md").write_text("# Notes\n\nplain text needs no docling\n")
+
+    def pending() -> bool:
+        rag = RagResource(roots=[str(root)], data_dir=str(data_dir))
+        with rag.vector_store() as store:
+            manifest = rag.manifest(record=False)
+            return docling_pending(rag.settings, manifest, pending_shards(rag.settings, manifest, rag.sidecar(),
+                                                                          store))
+
+    assert not pending()  # text alone
+    (root / "page.html").write_text("<html><body><h1>Page</h1><p>Converted by docling.</p></body></html>")
+    assert pending()
+    started: list[bool] = []
+    monkeypatch.setattr(ingest_runner, "start_conversion_workers", lambda: started.append(True))
+    assert ingest([root], data_dir)["added"] == 2
+    assert started == [True] and not pending()  # converted: nothing left for docling
+    assert ingest([root], data_dir)["added"] == 0 and started == [True]  # a no-change ingest starts no worker

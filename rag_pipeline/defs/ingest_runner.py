@@ -42,8 +42,9 @@ from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.defs.shard_workers import ShardWorkers
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
+from rag_pipeline.ingest.convert import start_conversion_workers
 from rag_pipeline.ingest.membership import forget_source
-from rag_pipeline.ingest.plan import pending_shards
+from rag_pipeline.ingest.plan import docling_pending, pending_shards
 from rag_pipeline.ingest.summary import IngestSummary
 from rag_pipeline.structured.freshness import stale_fields
 
@@ -124,6 +125,8 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     manifest = rag.manifest(specs)
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
+    if settings.ingest_workers <= 1 and docling_pending(settings, manifest, shards):
+        start_conversion_workers()  # docling's import in the background, while the Dagster run starts
     summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs], paths_before=sidecar.first_paths())
     generations = rag.generations()
     target = generations.target()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rag_pipeline.index.vector_store import IndexedDocument, VectorStore
 from rag_pipeline.ingest.discover import Manifest
+from rag_pipeline.ingest.formats import format_of
 from rag_pipeline.ingest.stage import label_changes, stored_sources, stored_tags, stores
 from rag_pipeline.ingest.vector_index import shown_paths
 from rag_pipeline.settings import Settings
@@ -50,3 +51,11 @@ def index_matches(state: dict[str, IndexedDocument], rows: dict[str, dict]) -> b
     return {sha: (held.points, sorted(held.paths), sorted(held.tags), sorted(held.sources))
             for sha, held in state.items()} == expected
 
+
+
+def docling_pending(settings: Settings, manifest: Manifest, shards: list[str]) -> bool:
+    """Whether a document of `shards` has no converted Markdown yet and a format that docling converts."""
+    markdown = stores(settings)["markdown"]
+    converted = {shard: markdown.shas(shard) for shard in shards}
+    return any(format_of(files[0].doc_type).converter != "text" and sha not in converted[settings.shard_of(sha)]
+               for sha, files in manifest.documents().items() if settings.shard_of(sha) in converted)

@@ -11,6 +11,7 @@ once it runs threads (Dagster, ONNX Runtime), and a spawned worker would import 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import signal
 import time
 from collections import deque
@@ -49,6 +50,13 @@ def _serve(connection: Connection, make_handler: Callable[[], Callable[[Any], An
             connection.send(handle(job))
     except EOFError:
         pass
+
+
+def start_forkserver(preload: Sequence[str]) -> None:
+    """Start this process's forkserver now: it imports `preload` in the background, so that the first pool's
+    workers do not wait for those imports (no effect once it runs)."""
+    CONTEXT.set_forkserver_preload(list(preload))
+    multiprocessing.forkserver.ensure_running()
 
 
 class WorkerPool(Generic[Job, Result]):
