@@ -3,7 +3,6 @@ PyTorch within cosine 0.9999 (fp32) / 0.995 (int8), at a fraction of the cost pe
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rag_pipeline.cpu import usable_cores
 from rag_pipeline.embed.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, normalise
 from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_tokenizer
 from rag_pipeline.embed.onnx_export import OnnxRuntimeKind, exported_model
@@ -25,11 +25,6 @@ if TYPE_CHECKING:
 # slower per query (padding to the longest; 1.4-1.6 ms per query in batches of 8) and the int8 model's activation
 # scales span the batch, so a query's vector would depend on its companions (cosine down to 0.987).
 QUERY_THREADS = 1
-
-
-def cpu_threads() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class OnnxEmbedder(Embedder):
@@ -55,7 +50,7 @@ class OnnxEmbedder(Embedder):
         self._window = max_seq_length(directory)
         self._tokenizer = model_tokenizer(directory)
         self._onnx_file = onnx_file
-        self._session = self._new_session(cpu_threads())
+        self._session = self._new_session(usable_cores())
         self._query_session: InferenceSession | None = None  # made on the first query
         self._query_session_lock = threading.Lock()
         self._inputs = {item.name for item in self._session.get_inputs()}

@@ -8,7 +8,6 @@ records why and never stops the others. The title reaches the sidecar through th
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from rag_pipeline.cpu import usable_cores
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
 from rag_pipeline.ingest.converters import ConversionError, ConvertedDocument, DocumentConverter, PdfPipeline
 from rag_pipeline.ingest.formats import format_of
@@ -62,11 +62,6 @@ def start_conversion_workers() -> None:
     """Start the forkserver conversion workers fork from now: its import of docling (~2.5 s of a core) then overlaps
     the work before the conversion stage instead of delaying it."""
     start_forkserver(PRELOAD)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def conversions(settings: Settings, converter: DocumentConverter,
