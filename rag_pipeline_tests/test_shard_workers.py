@@ -108,14 +108,21 @@ def test_a_worker_killed_mid_range_loses_nothing(tmp_path: Path, sequential: tup
     assert all(row["status"] == "ok" for row in assert_honest_state(data_dir).values())
 
 
-@pytest.mark.parametrize(("qdrant_url", "index_pool"), [("", "rag_store_writer"), ("http://qdrant:6333", "None")])
-def test_only_serialised_writes_hold_the_writer_pool(qdrant_url: str, index_pool: str) -> None:
+@pytest.mark.parametrize(("qdrant_url", "sidecar_url", "index_pool", "sidecar_pool"), [
+    ("", "", "rag_store_writer", "rag_store_writer"),
+    ("http://qdrant:6333", "", "None", "rag_store_writer"),
+    ("http://qdrant:6333", "postgresql://rag@db:5432/rag", "None", "None"),
+])
+def test_only_serialised_writes_hold_the_writer_pool(qdrant_url: str, sidecar_url: str, index_pool: str,
+                                                     sidecar_pool: str) -> None:
     """The per-document steps hold no pool; vector_index holds it with the embedded store only (a Qdrant server
-    takes parallel upserts). Definitions are made once per process: a subprocess with the setting."""
+    takes parallel upserts), metadata_sidecar with the DuckDB sidecar only (PostgreSQL takes concurrent write
+    transactions). Definitions are made once per process: a subprocess with the settings."""
     code = ("import rag_pipeline.defs.assets as a; print(*[asset.op.pool for asset in a.INGEST_ASSETS])")
-    env = {**os.environ, "RAG_QDRANT_URL": qdrant_url}
+    env = {name: value for name, value in os.environ.items() if name != "RAG_SIDECAR_URL"}
+    env |= {"RAG_QDRANT_URL": qdrant_url} | ({"RAG_SIDECAR_URL": sidecar_url} if sidecar_url else {})
     output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert output.split() == ["rag_store_writer", "None", "None", "None", "None", index_pool, "rag_store_writer"]
+    assert output.split() == ["rag_store_writer", "None", "None", "None", "None", index_pool, sidecar_pool]
 
 
 def test_a_killed_ingest_leaves_no_pool_slot_claimed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -50,6 +50,9 @@ INDEX = {**SHARDED, "group_name": "index"}  # chunks to vectors, index and sidec
 # embedded store's single writer, the sidecar's chunk rows. The per-document stages hold none, so those of
 # different runs (shard ranges) run at once; with a Qdrant server, so do the upserts of vector_index.
 INDEX_POOL = None if DEFINITION_SETTINGS.qdrant_url else STORE_POOL
+# A PostgreSQL sidecar (RAG_SIDECAR_URL) takes concurrent write transactions (one advisory lock each), so the
+# sidecar rows of different shard ranges are written at once too.
+SIDECAR_POOL = None if DEFINITION_SETTINGS.sidecar_url else STORE_POOL
 
 
 def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -> dg.TableMetadataValue:
@@ -245,7 +248,7 @@ def vector_index(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mate
     return dg.MaterializeResult(metadata=metadata, check_results=[check_result("points_match_sidecar_chunks", report)])
 
 
-@dg.asset(**INDEX, kinds={"duckdb"}, pool=STORE_POOL, deps=[vector_index])
+@dg.asset(**INDEX, kinds={"duckdb"}, pool=SIDECAR_POOL, deps=[vector_index])
 def metadata_sidecar(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Chunk and redaction rows of every document in the DuckDB sidecar, for exact questions."""
     report = sync_catalogue(rag.settings, context.partition_keys, rag.sidecar())
