@@ -52,8 +52,10 @@ def dedupe(hits: Sequence[Hit], cosine_threshold: float = DUPLICATE_COSINE,
            overlap_threshold: float = DUPLICATE_OVERLAP) -> list[Hit]:
     """Hits in order, without any that duplicates a better-ranked kept hit (see is_duplicate).
 
-    Same decisions as pairwise is_duplicate, computed with one similarity matrix and shingles built once."""
+    Same decisions as pairwise is_duplicate, computed with one similarity matrix, shingles built once, and text
+    compared only with kept hits of the same document."""
     similarity = _cosine_matrix(hits)
+    with_vector = np.array([hit.vector is not None for hit in hits])
     shingles: dict[int, set[tuple[str, ...]]] = {}
 
     def overlap(i: int, j: int) -> float:
@@ -64,28 +66,30 @@ def dedupe(hits: Sequence[Hit], cosine_threshold: float = DUPLICATE_COSINE,
         return len(first & second) / min(len(first), len(second)) if first and second else 0.0
 
     kept: list[int] = []
+    kept_of_document: dict[str, list[int]] = {}
     for index, hit in enumerate(hits):
         sha = hit.payload.get("sha")
-        duplicate = any(
-            (sha is not None and sha == hits[other].payload.get("sha") and overlap(index, other) >= overlap_threshold)
-            or (similarity is not None and hit.vector is not None and hits[other].vector is not None
-                and similarity[index, other] > cosine_threshold)
-            for other in kept
-        )
-        if not duplicate:
-            kept.append(index)
+        if sha is not None and any(overlap(index, other) >= overlap_threshold
+                                   for other in kept_of_document.get(sha, ())):
+            continue
+        if similarity is not None and with_vector[index] and kept:
+            others = np.array(kept)
+            if (similarity[index, others[with_vector[others]]] > cosine_threshold).any():
+                continue
+        kept.append(index)
+        if sha is not None:
+            kept_of_document.setdefault(sha, []).append(index)
     return [hits[index] for index in kept]
 
 
 def _cosine_matrix(hits: Sequence[Hit]) -> np.ndarray | None:
     """Pairwise cosine of the hits' vectors (rows of hits without a vector are zero), or None if none has one."""
-    if not any(hit.vector is not None for hit in hits):
+    rows = [index for index, hit in enumerate(hits) if hit.vector is not None]
+    if not rows:
         return None
-    dimension = len(next(hit.vector for hit in hits if hit.vector is not None))
-    matrix = np.zeros((len(hits), dimension), dtype=np.float64)
-    for index, hit in enumerate(hits):
-        if hit.vector is not None:
-            matrix[index] = hit.vector
+    vectors = np.asarray([hits[index].vector for index in rows], dtype=np.float64)
+    matrix = np.zeros((len(hits), vectors.shape[1]), dtype=np.float64)
+    matrix[rows] = vectors
     matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-300)
     return matrix @ matrix.T
 
