@@ -89,7 +89,6 @@ def weighted_blend(dense_hits: Sequence[Hit], sparse_hits: Sequence[Hit], alpha:
     return _fused(scores, hits)
 
 
-
 def lead(scores: Sequence[float], runners_up: int = 9, head: int = 50) -> float:
     """How far a leg's best candidate stands out: its score minus the mean of the next `runners_up`, in sample
     standard deviations of the leg's first `head` scores (scores best first; at least two), so that it does not
