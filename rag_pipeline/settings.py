@@ -168,10 +168,12 @@ class Settings(BaseSettings):
     # Retrieval (query time). mode: hybrid (dense + BM25 fused inside Qdrant), dense, sparse (BM25) or blend
     # (client-side alpha·dense + (1 − alpha)·BM25, for comparison). Each leg fetches top_k × prefetch_multiplier.
     retrieval_mode: Literal["hybrid", "dense", "sparse", "blend"] = "hybrid"
-    # fusion of the hybrid legs: dbsf (Qdrant's distribution-based score fusion) or rrf. SciFact train, token chunks,
-    # int8 (`rag-pipeline beir --modes hybrid-rrf,hybrid-dbsf`): nDCG@10 DBSF 0.734, RRF 0.720; test, once: 0.725, 0.714.
+    # fusion of the hybrid legs: dbsf (Qdrant's distribution-based score fusion), rrf, or adaptive (DBSF with
+    # per-query leg weights from each leg's own scores, fused client-side: docs/retrieval-and-answers.md). SciFact
+    # train, token chunks, int8 (`rag-pipeline beir --modes hybrid-rrf,hybrid-dbsf`): nDCG@10 DBSF 0.734, RRF 0.720;
+    # test, once: 0.725, 0.714. Adaptive ties DBSF on SciFact and SQuAD train (docs/benchmarks.md), so DBSF stays.
     # Fused scores decide nothing downstream by default (score_threshold and coverage_margin are off).
-    fusion: Literal["rrf", "dbsf"] = "dbsf"
+    fusion: Literal["rrf", "dbsf", "adaptive"] = "dbsf"
     rrf_k: int = 60
     fusion_weights: Annotated[list[float], NoDecode] | None = None  # "dense,sparse" RRF leg weights
     prefetch_multiplier: int = 5

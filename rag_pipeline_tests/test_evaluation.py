@@ -277,11 +277,13 @@ def test_beir_command(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
 
 
 def test_beir_hybrid_mode_is_the_configured_fusion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`beir --modes hybrid` scores the deployment's fusion; hybrid-rrf and hybrid-dbsf name one fusion each."""
-    for configured in ("rrf", "dbsf"):
+    """`beir --modes hybrid` scores the deployment's fusion; hybrid-rrf, hybrid-dbsf and hybrid-adaptive name one
+    fusion each."""
+    for configured in ("rrf", "dbsf", "adaptive"):
         monkeypatch.setenv("RAG_FUSION", configured)
         settings = Settings(data_dir=tmp_path)
         assert settings.model_copy(update=BEIR_MODES["hybrid"]).fusion == configured
         assert settings.model_copy(update=BEIR_MODES["hybrid-rrf"]).fusion == "rrf"
         assert settings.model_copy(update=BEIR_MODES["hybrid-dbsf"]).fusion == "dbsf"
+        assert settings.model_copy(update=BEIR_MODES["hybrid-adaptive"]).fusion == "adaptive"
     assert Settings(data_dir=tmp_path).model_copy(update=BEIR_MODES["hybrid"]).retrieval_mode == "hybrid"

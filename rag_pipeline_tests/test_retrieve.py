@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from rag_pipeline.embed.embedder import Embedder
-from rag_pipeline.errors import StoreUnavailable
+from rag_pipeline.errors import ConfigError, StoreUnavailable
 from rag_pipeline.index.sparse import encode_document, encode_query
-from rag_pipeline.index.vector_store import Hit, IndexPoint, VectorStore
+from rag_pipeline.index.vector_store import Hit, IndexPoint, Scope, VectorStore
 from rag_pipeline.retrieve import RetrievalSettings, Retriever
 from rag_pipeline.retrieve.fragments import split_fragments
-from rag_pipeline.retrieve.fusion import dbsf, dbsf_normalise, rrf, weighted_blend
+from rag_pipeline.retrieve.fusion import adaptive, adaptive_weights, dbsf, dbsf_normalise, lead, rrf, weighted_blend
 from rag_pipeline.retrieve.postprocess import (
     dedupe,
     mmr,
@@ -96,6 +96,51 @@ def test_weighted_blend_by_hand() -> None:
         weighted_blend(dense, sparse, alpha=1.5)
 
 
+def test_lead_by_hand() -> None:
+    # [4, 2, 1, 1]: mean 2, sample sd sqrt(2); the best minus the mean of the next ones (4/3), in sds.
+    assert lead([4.0, 2.0, 1.0, 1.0]) == pytest.approx((4 - 4 / 3) / math.sqrt(2))
+    assert lead([4.0, 2.0, 1.0, 1.0], runners_up=1) == pytest.approx(2 / math.sqrt(2))
+    # Only the first `head` scores set the deviation: a longer tail does not change the lead.
+    assert lead([4.0, 2.0, 1.0, 1.0] + [0.0] * 100, runners_up=3, head=4) == pytest.approx((4 - 4 / 3) / math.sqrt(2))
+    assert lead([3.0, 3.0, 3.0]) == 0.0 and lead([5.0, 1.0]) == pytest.approx(4 / math.sqrt(8))
+    with pytest.raises(ValueError):
+        lead([5.0])
+    assert lead([40.0, 20.0, 10.0, 10.0]) == pytest.approx(lead([0.4, 0.2, 0.1, 0.1]))  # scale-free
+
+
+def test_adaptive_fusion_keeps_a_confident_leg_on_top() -> None:
+    # The dense leg has a clear winner; the sparse leg's scores fall evenly (no candidate stands out) and its
+    # top is x, the dense leg's runner-up.
+    dense = [hit("d0", 0.9), hit("x", 0.5)] + [hit(f"d{i}", 0.5 - 0.001 * i) for i in range(2, 20)]
+    sparse = [hit("x", 10.0)] + [hit(f"s{i}", 10.0 - 0.1 * i) for i in range(1, 20)]
+    assert dbsf([dense, sparse])[0].id == "x"  # plain DBSF: the noise lifts x over the confident winner
+    weight_dense, weight_sparse = adaptive_weights([dense, sparse])
+    assert weight_dense > 0.8 and weight_dense + weight_sparse == pytest.approx(1.0)
+    fused = adaptive([dense, sparse])
+    assert [h.id for h in fused[:3]] == ["d0", "x", "d2"]
+    assert [h.id for h in fused if h.id.startswith("d")] == [h.id for h in dense if h.id.startswith("d")]
+    # Scores are the weighted DBSF sums.
+    dense_norm, sparse_norm = dbsf_normalise([h.score for h in dense]), dbsf_normalise([h.score for h in sparse])
+    assert fused[1].score == pytest.approx(weight_dense * dense_norm[1] + weight_sparse * sparse_norm[0])
+
+
+def test_adaptive_fusion_of_equal_legs_is_dbsf() -> None:
+    # Legs whose scores have the same shape (the sparse scores are 10x the dense ones) lead equally: DBSF's
+    # order, with half its scores.
+    dense = [hit("a", 0.9), hit("b", 0.8), hit("c", 0.5), hit("d", 0.4), hit("e", 0.1)]
+    sparse = [hit("c", 9.0), hit("e", 8.0), hit("a", 5.0), hit("b", 4.0), hit("d", 1.0)]
+    assert adaptive_weights([dense, sparse]) == pytest.approx([0.5, 0.5])
+    expected = dbsf([dense, sparse])
+    assert_ranked(adaptive([dense, sparse]), [(h.id, h.score / 2) for h in expected])
+    # A leg with no lead at all weighs nothing; one with too few candidates to judge leaves DBSF's equal weights.
+    flat = [hit("e", 2.0), hit("a", 2.0), hit("b", 2.0)]
+    assert adaptive_weights([dense, flat]) == [1.0, 0.0]
+    assert [h.id for h in adaptive([dense, flat])] == ["a", "b", "c", "d", "e"]
+    for short in ([], [hit("e", 2.0)], [hit("e", 2.0), hit("d", 1.0)]):
+        assert adaptive_weights([dense, short]) == [0.5, 0.5]
+        assert_ranked(adaptive([dense, short]), [(h.id, h.score / 2) for h in dbsf([dense, short])])
+
+
 # --- fusion inside the store on a toy corpus -------------------------------------------------------------
 
 TOY = [  # (text, cosine of its dense vector with the query vector e0)
@@ -159,6 +204,7 @@ def test_hybrid_order_matches_hand_computed_rrf(store: VectorStore) -> None:
     for settings, fused in (
         (RetrievalSettings(dedupe=False, fusion="dbsf"), dbsf(legs)),
         (RetrievalSettings(dedupe=False, mode="blend", alpha=0.7), weighted_blend(*legs, alpha=0.7)),
+        (RetrievalSettings(dedupe=False, fusion="adaptive"), adaptive(legs)),
     ):
         hits = Retriever(store, retriever.embedder, settings).search(TOY_QUERY, top_k=5).hits
         assert_ranked(hits, [(h.id, h.score) for h in fused])
@@ -196,6 +242,35 @@ def test_filters_apply_inside_both_legs(store: VectorStore, points: list[IndexPo
     assert {h.payload["sha"] for h in two_docs} == {"sha0", "sha2"}
     with pytest.raises(ValueError, match="unknown filter field 'author'; allowed: path, paths, sha"):
         retriever.search(query, filters={"author": "me"})
+
+
+def test_adaptive_fusion_through_the_retriever(store: VectorStore, points: list[IndexPoint]) -> None:
+    """Adaptive fusion fetches both legs from the store (either backend) with the filters, a key's scope and each
+    fragment, and keys the semantic cache apart from the other fusions."""
+    store.upsert(points)
+    dense_winner, sparse_winner, gasket = points[9], point_with(points, "ZX-4471"), point_with(points, "gasket")
+    query = "Order spare part ZX-4471"
+    retriever = Retriever(store, LookupEmbedder({query: dense_winner.dense}),
+                          RetrievalSettings(fusion="adaptive", dedupe=False))
+    legs = [store.search_dense(dense_winner.dense, 15), store.search_sparse(encode_query(query), 15)]
+    assert_ranked(retriever.search(query, top_k=3).hits, [(h.id, h.score) for h in adaptive(legs)[:3]])
+    assert {h.id for h in retriever.search(query, top_k=2).hits} == {dense_winner.id, sparse_winner.id}
+
+    filtered = retriever.search(query, top_k=3, filters={"doc_type": "md"}).hits
+    assert len(filtered) == 3 and {h.payload["doc_type"] for h in filtered} == {"md"}
+    assert not {dense_winner.id, sparse_winner.id} & {h.id for h in filtered}
+    store.relabel("sha2", ["/docs/sha2.md"], ["team-a"], [], [])
+    scoped = retriever.search(query, top_k=10, scope=Scope(tags=("team-a",))).hits
+    assert {h.payload["sha"] for h in scoped} == {"sha2"} and len(scoped) == 3
+
+    # Fragments the embedder does not know get a zero vector: a flat dense leg, which weighs nothing.
+    result = retriever.search(f"{query} soon. Where is the gasket on the inlet flange?", top_k=3)
+    assert len(result.fragments) == 2 and {h.id for h in result.hits[:2]} == {sparse_winner.id, gasket.id}
+
+    dbsf_retriever = Retriever(store, retriever.embedder, RetrievalSettings(fusion="dbsf", dedupe=False))
+    assert retriever.signature(3, []) != dbsf_retriever.signature(3, [])
+    with pytest.raises(ConfigError, match="leg weights apply to RRF"):
+        RetrievalSettings(fusion="adaptive", weights=(1.0, 2.0))
 
 
 # --- fragments -----------------------------------------------------------------------------------------------

@@ -19,13 +19,14 @@ from rag_pipeline.retrieve.retriever import Retriever
 
 BEIR_METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "map")
 # Retrieval modes a BEIR run can score, as settings overrides: "hybrid" is the deployment's fusion (RAG_FUSION, by
-# default DBSF); hybrid-rrf and hybrid-dbsf name one fusion each.
+# default DBSF); hybrid-rrf, hybrid-dbsf and hybrid-adaptive name one fusion each.
 BEIR_MODES: dict[str, dict[str, Any]] = {
     "dense": {"retrieval_mode": "dense"},
     "sparse": {"retrieval_mode": "sparse"},
     "hybrid": {"retrieval_mode": "hybrid"},
     "hybrid-rrf": {"retrieval_mode": "hybrid", "fusion": "rrf"},
     "hybrid-dbsf": {"retrieval_mode": "hybrid", "fusion": "dbsf", "fusion_weights": None},
+    "hybrid-adaptive": {"retrieval_mode": "hybrid", "fusion": "adaptive", "fusion_weights": None},
     "blend": {"retrieval_mode": "blend"},
 }
 # Published nDCG@10 on the test split (from ../shared/datasets/README.md and the papers it cites).

@@ -1,8 +1,9 @@
 """Rank and score fusion of several result lists, as pure functions over `Hit` lists (best first).
 
 `rrf` and `dbsf` compute exactly what Qdrant computes inside a hybrid query (so results fused client-side, e.g.
-across query fragments, agree with the store's own fusion); `weighted_blend` is the classic client-side
-alpha blend of normalised dense and BM25 scores, kept for comparison in the eval.
+across query fragments, agree with the store's own fusion); `adaptive` is DBSF with per-query leg weights taken
+from each leg's own score distribution (Qdrant has no such fusion, so it runs client-side); `weighted_blend` is
+the classic client-side alpha blend of normalised dense and BM25 scores, kept for comparison in the eval.
 """
 
 from __future__ import annotations
@@ -83,6 +84,48 @@ def weighted_blend(dense_hits: Sequence[Hit], sparse_hits: Sequence[Hit], alpha:
     hits: dict[str, Hit] = {}
     for ranking, weight in ((dense_hits, alpha), (sparse_hits, 1.0 - alpha)):
         for hit, normalised in zip(ranking, min_max([hit.score for hit in ranking])):
+            scores[hit.id] = scores.get(hit.id, 0.0) + weight * normalised
+            hits.setdefault(hit.id, hit)
+    return _fused(scores, hits)
+
+
+def lead(scores: Sequence[float], runners_up: int = 9, head: int = 50) -> float:
+    """How far a leg's best candidate stands out: its score minus the mean of the next `runners_up`, in sample
+    standard deviations of the leg's first `head` scores (scores best first; at least two), so that it does not
+    depend on how deep the leg was fetched beyond that. 0 when those scores are all equal. A confident leg has a
+    clear winner; a leg that matched nothing in particular has a flat head."""
+    if len(scores) < 2:
+        raise ValueError("the lead of a leg needs at least two scores")
+    first = scores[:head]
+    mean = sum(first) / len(first)
+    deviation = math.sqrt(sum((score - mean) ** 2 for score in first) / (len(first) - 1))
+    if deviation == 0:
+        return 0.0
+    following = scores[1:1 + runners_up]
+    return max(0.0, (scores[0] - sum(following) / len(following)) / deviation)
+
+
+def adaptive_weights(rankings: Sequence[Sequence[Hit]]) -> list[float]:
+    """Per-query leg weights summing to 1, each leg's share of the legs' `lead`s. Equal (DBSF's) when no leg
+    leads or when a leg has fewer than three candidates, too few to judge (a rare code BM25 finds once)."""
+    if any(len(ranking) < 3 for ranking in rankings):
+        return [1.0 / len(rankings)] * len(rankings)
+    leads = [lead([hit.score for hit in ranking]) for ranking in rankings]
+    total = sum(leads)
+    if total == 0:
+        return [1.0 / len(rankings)] * len(rankings)
+    return [value / total for value in leads]
+
+
+def adaptive(rankings: Sequence[Sequence[Hit]]) -> list[Hit]:
+    """DBSF with per-query leg weights (`adaptive_weights`): each list normalised by dbsf_normalise, times its
+    weight, then summed. A leg with a clear winner counts for more than one whose head is flat, so a weak leg's
+    noise does not drag a confident leg down; legs that lead equally give DBSF's order (and half its scores, for
+    two legs)."""
+    scores: dict[str, float] = {}
+    hits: dict[str, Hit] = {}
+    for ranking, weight in zip(rankings, adaptive_weights(rankings)):
+        for hit, normalised in zip(ranking, dbsf_normalise([hit.score for hit in ranking])):
             scores[hit.id] = scores.get(hit.id, 0.0) + weight * normalised
             hits.setdefault(hit.id, hit)
     return _fused(scores, hits)

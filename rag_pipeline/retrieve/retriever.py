@@ -55,12 +55,13 @@ MAX_TOP_K = 1000
 class RetrievalSettings:
     """How to retrieve. Defaults are the production defaults.
 
-    mode: "hybrid" (dense + BM25 legs fused inside Qdrant), "dense", "sparse" (BM25), or "blend" (both legs
-    fetched, then alpha·normalised dense + (1 − alpha)·normalised BM25 client-side, for comparison).
+    mode: "hybrid" (dense + BM25 legs fused inside Qdrant by rrf or dbsf, or client-side by adaptive), "dense",
+    "sparse" (BM25), or "blend" (both legs fetched, then alpha·normalised dense + (1 − alpha)·normalised BM25
+    client-side, for comparison).
     """
 
     mode: Mode = "hybrid"
-    fusion: Literal["rrf", "dbsf"] = "rrf"
+    fusion: Literal["rrf", "dbsf", "adaptive"] = "rrf"
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (dense, sparse) RRF leg weights; None: equal
     prefetch_multiplier: int = 5  # each leg fetches top_k × this many candidates
@@ -77,7 +78,10 @@ class RetrievalSettings:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"unknown retrieval mode {self.mode!r}; allowed: {', '.join(MODES)}")
-        check_fusion(self.fusion, self.rrf_k, self.weights)
+        if self.fusion != "adaptive":
+            check_fusion(self.fusion, self.rrf_k, self.weights)
+        elif self.weights is not None:
+            raise ConfigError("leg weights apply to RRF fusion only (adaptive fusion weighs the legs per query)")
         if self.prefetch_multiplier < 1 or self.candidate_multiplier < 1:
             raise ConfigError("prefetch_multiplier and candidate_multiplier must be >= 1")
         if not 0.0 <= self.alpha <= 1.0:
@@ -312,12 +316,14 @@ class Retriever:
         if mode == "dense":
             return self._call_store(lambda: store.search_dense(dense, limit, filters, with_vectors=with_vectors))
         sparse = encode_query(text)
-        if mode == "blend":
+        if mode == "blend" or settings.fusion == "adaptive":  # both legs fetched, fused here
             dense_hits = self._call_store(lambda: store.search_dense(dense, prefetch, filters,
                                                                      with_vectors=with_vectors))
             sparse_hits = self._call_store(lambda: store.search_sparse(sparse, prefetch, filters,
                                                                        with_vectors=with_vectors))
-            return fusion_functions.weighted_blend(dense_hits, sparse_hits, settings.alpha)[:limit]
+            if mode == "blend":
+                return fusion_functions.weighted_blend(dense_hits, sparse_hits, settings.alpha)[:limit]
+            return fusion_functions.adaptive([dense_hits, sparse_hits])[:limit]
         return self._call_store(lambda: store.search_hybrid(
             dense, sparse, limit, filters, prefetch=prefetch, fusion=settings.fusion, rrf_k=settings.rrf_k,
             weights=settings.weights, with_vectors=with_vectors,

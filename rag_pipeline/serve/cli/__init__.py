@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     beir.add_argument("--split", default="test")
     beir.add_argument("--modes", default="dense,sparse,hybrid,hybrid-rrf,hybrid-dbsf,blend",
                       help="comma-separated: dense, sparse, hybrid (the configured RAG_FUSION), hybrid-rrf, "
-                           "hybrid-dbsf, blend (hybrid-rerank is added when RAG_RERANK_MODEL_PATH is set)")
+                           "hybrid-dbsf, hybrid-adaptive, blend (hybrid-rerank is added when RAG_RERANK_MODEL_PATH "
+                           "is set)")
     beir.add_argument("--depth", type=int, default=300, help="chunks retrieved per query")
     beir.set_defaults(run=run_beir)
     guard = commands.add_parser("guard-eval", parents=[common],
