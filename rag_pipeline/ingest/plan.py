@@ -52,7 +52,6 @@ def index_matches(state: dict[str, IndexedDocument], rows: dict[str, dict]) -> b
             for sha, held in state.items()} == expected
 
 
-
 def docling_pending(settings: Settings, manifest: Manifest, shards: list[str]) -> bool:
     """Whether a document of `shards` has no converted Markdown yet and a format that docling converts."""
     markdown = stores(settings)["markdown"]
