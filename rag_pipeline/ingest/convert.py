@@ -69,8 +69,8 @@ def conversions(settings: Settings, converter: DocumentConverter,
     """(index of the job, its outcome) for every (path, doc_type) job, in the order they finish: the documents for
     docling in a pool of RAG_CONVERT_WORKERS worker processes (at most one per document), each stopped after
     RAG_CONVERT_TIMEOUT_S; text files in this process (while the workers start)."""
-    pooled = [index for index, (_, doc_type) in enumerate(jobs) if format_of(doc_type).converter != "text"]
-    texts = (index for index, (_, doc_type) in enumerate(jobs) if format_of(doc_type).converter == "text")
+    pooled = [index for index, (_, doc_type) in enumerate(jobs) if format_of(doc_type).uses_docling]
+    texts = (index for index, (_, doc_type) in enumerate(jobs) if not format_of(doc_type).uses_docling)
     if not pooled:
         yield from ((index, convert_outcome(converter, *jobs[index])) for index in texts)
         return

@@ -143,6 +143,11 @@ class Format:
     words: tuple[str, ...] = ()
     exceeds: Callable[[Path, ConversionLimits], str | None] | None = None
 
+    @property
+    def uses_docling(self) -> bool:
+        """Whether docling converts it (in conversion workers), rather than the ingest process reading its text."""
+        return self.converter != "text"
+
 
 FORMATS: tuple[Format, ...] = (
     Format("pdf", ("pdf",), pdf_refusal, lambda head, _: pdf_refusal(head) is None, "pdf",

@@ -56,5 +56,5 @@ def docling_pending(settings: Settings, manifest: Manifest, shards: list[str]) -
     """Whether a document of `shards` has no converted Markdown yet and a format that docling converts."""
     markdown = stores(settings)["markdown"]
     converted = {shard: markdown.shas(shard) for shard in shards}
-    return any(format_of(files[0].doc_type).converter != "text" and sha not in converted[settings.shard_of(sha)]
+    return any(format_of(files[0].doc_type).uses_docling and sha not in converted[settings.shard_of(sha)]
                for sha, files in manifest.documents().items() if settings.shard_of(sha) in converted)
