@@ -54,13 +54,17 @@ def dbsf_normalise(scores: Sequence[float]) -> list[float]:
     return [(score - low) / (6 * deviation) for score in scores]
 
 
-def dbsf(rankings: Sequence[Sequence[Hit]]) -> list[Hit]:
-    """Distribution-based score fusion (Qdrant's DBSF): each list normalised by dbsf_normalise, then summed."""
+def dbsf(rankings: Sequence[Sequence[Hit]], weights: Sequence[float] | None = None) -> list[Hit]:
+    """Distribution-based score fusion (Qdrant's DBSF): each list normalised by dbsf_normalise, then summed; with
+    `weights` (client-side only: Qdrant's DBSF takes none) each list's normalised scores are scaled first."""
+    if weights is not None and len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
     scores: dict[str, float] = {}
     hits: dict[str, Hit] = {}
-    for ranking in rankings:
+    for index, ranking in enumerate(rankings):
+        weight = 1.0 if weights is None else float(weights[index])
         for hit, normalised in zip(ranking, dbsf_normalise([hit.score for hit in ranking])):
-            scores[hit.id] = scores.get(hit.id, 0.0) + normalised
+            scores[hit.id] = scores.get(hit.id, 0.0) + weight * normalised
             hits.setdefault(hit.id, hit)
     return _fused(scores, hits)
 
@@ -122,10 +126,4 @@ def adaptive(rankings: Sequence[Sequence[Hit]]) -> list[Hit]:
     weight, then summed. A leg with a clear winner counts for more than one whose head is flat, so a weak leg's
     noise does not drag a confident leg down; legs that lead equally give DBSF's order (and half its scores, for
     two legs)."""
-    scores: dict[str, float] = {}
-    hits: dict[str, Hit] = {}
-    for ranking, weight in zip(rankings, adaptive_weights(rankings)):
-        for hit, normalised in zip(ranking, dbsf_normalise([hit.score for hit in ranking])):
-            scores[hit.id] = scores.get(hit.id, 0.0) + weight * normalised
-            hits.setdefault(hit.id, hit)
-    return _fused(scores, hits)
+    return dbsf(rankings, adaptive_weights(rankings))
