@@ -262,6 +262,25 @@ def test_onnx_runtimes_give_the_torch_vectors(embedder: SentenceTransformerEmbed
     assert query @ paraphrase > query @ unrelated + 0.2
 
 
+@pytest.mark.parametrize("runtime", ["onnx", "onnx-int8"])
+def test_document_sessions_per_core_give_the_same_vectors_in_order(export_dir: Path, runtime: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Documents are dealt out to one single-threaded session per usable core: every text gets the vector it gets
+    alone, in its own row, whatever the number of sessions."""
+    from rag_pipeline.embed import onnx_embedder
+
+    texts = TEXTS[:24]
+    monkeypatch.setattr(onnx_embedder, "usable_cores", lambda: 1)
+    alone = build_embedder(runtime=runtime, onnx_cache_dir=str(export_dir), batch_size=4)
+    reference = alone.embed_documents(texts)
+    monkeypatch.setattr(onnx_embedder, "usable_cores", lambda: 3)
+    shared = build_embedder(runtime=runtime, onnx_cache_dir=str(export_dir), batch_size=4)
+    vectors = shared.embed_documents(texts)
+    assert len(shared._document_sessions) == 3
+    np.testing.assert_allclose(vectors, reference, atol=1e-5)
+    np.testing.assert_allclose(shared.embed_documents(texts[5:6])[0], reference[5], atol=1e-5)  # one text: one session
+
+
 def test_onnx_export_is_cached_and_never_downloads(export_dir: Path) -> None:
     first = exported_model(model_dir(), export_dir, "onnx-int8")
     stamp = first.stat().st_mtime_ns
