@@ -10,7 +10,15 @@ import pytest
 
 from rag_pipeline.embed.model_files import model_dir, model_tokenizer
 from rag_pipeline.ingest.chunk import chunk_budget
-from rag_pipeline.ingest.chunkers import CHUNK_NAMESPACE, Chunk, chunk_document, chunk_id, context_line, contextual_text
+from rag_pipeline.ingest.chunkers import (
+    CHUNK_NAMESPACE,
+    Chunk,
+    chunk_document,
+    chunk_id,
+    context_line,
+    contextual_text,
+    neighbourhood_texts,
+)
 from rag_pipeline.settings import Settings
 
 SHA = "a" * 64
@@ -101,6 +109,7 @@ def test_random_documents_respect_sizes_and_keep_all_text(seed: int) -> None:
         assert squeeze([chunk.text for chunk in cores]) == squeeze(body)
         for chunk, core in zip(chunks, cores, strict=True):
             assert chunk.text.endswith(core.text) and len(chunk.text) - len(core.text) <= overlap
+            assert chunk.own_text == core.text
             assert chunk.line_start == core.line_start
             assert core.text.split()[0] in lines[core.line_start - 1]
         sentences = chunk_document(SHA, markdown, chunker="sentence_window", chunk_size=size)
@@ -253,6 +262,33 @@ def test_dict_round_trip() -> None:
     for chunker in ("recursive", "sentence_window"):
         for chunk in chunk_document(SHA, README, line_pages=[1] * 40, chunker=chunker, chunk_size=60):
             assert Chunk.from_dict(json.loads(json.dumps(chunk.to_dict()))) == chunk
+
+
+def test_an_artifact_written_before_overlap_chars_reads_as_no_overlap() -> None:
+    chunk = chunk_document(SHA, README, chunk_size=60, chunk_overlap=20)[3]
+    older = {key: value for key, value in chunk.to_dict().items() if key != "overlap_chars"}
+    assert Chunk.from_dict(older).own_text == chunk.text
+
+
+def test_neighbourhood_texts_hold_each_neighbours_own_text_once_within_its_section() -> None:
+    lines = [f"Sentence number {i} talks about topic {i}." for i in range(12)]
+    markdown = "# One\n\n" + " ".join(lines[:6]) + "\n\n# Two\n\n" + " ".join(lines[6:]) + "\n"
+    chunks = chunk_document(SHA, markdown, chunk_size=90, chunk_overlap=40)
+    assert len({chunk.heading_path for chunk in chunks}) == 2 and len(chunks) >= 6
+    assert any(chunk.overlap_chars for chunk in chunks)
+    for radius in (0, 1, 2):
+        contexts = neighbourhood_texts(chunks, radius)
+        for chunk, context in zip(chunks, contexts, strict=True):
+            section = [other for other in chunks if other.heading_path == chunk.heading_path]
+            offset = section.index(chunk)
+            around = section[max(0, offset - radius):offset + radius + 1]
+            assert context == "\n".join(other.own_text for other in around)
+            assert chunk.own_text in context
+            for sentence in lines:  # no sentence twice, none from the other section
+                assert context.count(sentence) <= 1
+                if sentence in context:
+                    assert sentence in markdown.split("# ")[1 if chunk.heading_path == "One" else 2]
+    assert neighbourhood_texts([], 1) == []
 
 
 def test_invalid_sizes() -> None:

@@ -13,8 +13,9 @@ import pytest
 
 from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.errors import ConfigError, StoreUnavailable
-from rag_pipeline.index.sparse import encode_document, encode_query
+from rag_pipeline.index.sparse import CONTEXT_RADIUS, encode_document, encode_query
 from rag_pipeline.index.vector_store import Hit, IndexPoint, Scope, VectorStore
+from rag_pipeline.ingest.chunkers import chunk_document, neighbourhood_texts
 from rag_pipeline.retrieve import RetrievalSettings, Retriever
 from rag_pipeline.retrieve.fragments import split_fragments
 from rag_pipeline.retrieve.fusion import adaptive, adaptive_weights, dbsf, dbsf_normalise, lead, rrf, weighted_blend
@@ -479,6 +480,42 @@ def test_hybrid_with_the_packaged_model(backend: str, tmp_path: Path, real_embed
         assert len(both.fragments) == 2 and {h.payload["sha"] for h in both.hits[:2]} == {"doc0", "doc1"}
     finally:
         real_store.close()
+
+
+PUMP_MANUAL = """# Pumps
+
+The impeller of the circulation pump turns at 2900 rpm and moves the coolant through the loop.
+
+Replace the shaft seals every spring and check the bearings for noise while the unit runs.
+
+Log every inspection in the maintenance book kept in the plant room.
+
+# Parking
+
+Visitors park in the north lot and sign in at the gate house.
+"""
+
+
+@pytest.mark.parametrize("backend", ["edge", "server"])
+def test_a_chunks_sparse_vector_carries_the_words_of_its_passage(backend: str, tmp_path: Path) -> None:
+    """BM25 matches a chunk on its neighbours' words too (its section, CONTEXT_RADIUS chunks each side), below a
+    chunk that has the word itself; a chunk of another section, or further away, does not match."""
+    chunks = chunk_document("f" * 64, PUMP_MANUAL, chunk_size=100, chunk_overlap=30)
+    assert [chunk.own_text.split()[0] for chunk in chunks] == ["The", "Replace", "Log", "Visitors"]
+    contexts = neighbourhood_texts(chunks, CONTEXT_RADIUS)
+    points = [IndexPoint(chunk.chunk_id, basis(index), encode_document(chunk.text, context),
+                         {"text": chunk.text, "sha": chunk.sha, "path": "/manual.md", "chunk_index": chunk.chunk_index})
+              for index, (chunk, context) in enumerate(zip(chunks, contexts, strict=True))]
+    assert encode_document(chunks[3].text, "") == encode_document(chunks[3].text)
+    store = open_store(backend, tmp_path)
+    try:
+        store.upsert(points)
+        sparse = Retriever(store, None, RetrievalSettings(mode="sparse", dedupe=False))
+        ranked = [hit.payload["chunk_index"] for hit in sparse.search("impeller", top_k=10).hits]
+        assert ranked == [0, 1]  # its own chunk first, then the neighbour; not chunk 2 (two away) nor Parking
+        assert [hit.payload["chunk_index"] for hit in sparse.search("visitors gate", top_k=10).hits] == [3]
+    finally:
+        store.close()
 
 
 def test_make_points_reused() -> None:

@@ -1,7 +1,14 @@
 """BM25 sparse vectors, computed in-process by qdrant-edge's encoder for both vector store backends.
 
-Documents get BM25 term-frequency weights, queries weight 1 per token; Qdrant multiplies in the IDF at query
-time (the collection's sparse vector has the IDF modifier), so weights never depend on the rest of the corpus.
+A chunk's vector holds the BM25 term-frequency weights of its own text plus CONTEXT_WEIGHT times those of its
+context: the text of its section's neighbouring chunks (see ingest/chunkers.py, neighbourhood_texts). A chunk then
+matches the words of the passage around it, as a whole short document does, while its own words still rank it
+first within that passage. Queries weight 1 per token; Qdrant multiplies in the IDF at query time (the collection's
+sparse vector has the IDF modifier), so weights never depend on the rest of the corpus.
+
+Tuned on SciFact's train split (hybrid nDCG@10 with DBSF, 809 queries): the chunk alone gave BM25 0.685 and hybrid
+0.732; with its context (radius 1, weight 2) 0.705 and 0.744. Weights 1-4, context b 0.4-0.6 and avg_len 150-200,
+radius 1 or 2 all lie within 0.003 of that.
 """
 
 from __future__ import annotations
@@ -11,16 +18,28 @@ import qdrant_edge
 from rag_pipeline.index.vector_store import SparseVector
 
 # English tokenization, stopwords and Snowball stemming. avg_len is the typical number of tokens left in a
-# default 512-character chunk; changing any setting requires re-indexing.
+# default chunk (its own text) and in a context of three chunks; changing any setting requires re-indexing.
 BM25_CONFIG = qdrant_edge.Bm25Config(k=1.2, b=0.75, avg_len=50.0, language="english")
-SPARSE_ID = "bm25-k1.2-b0.75-avg50-english"  # names these settings in the index generation
+CONTEXT_BM25_CONFIG = qdrant_edge.Bm25Config(k=1.2, b=0.4, avg_len=150.0, language="english")
+CONTEXT_RADIUS = 1  # chunks on each side of a chunk, in its section, that make its context
+CONTEXT_WEIGHT = 2.0
+SPARSE_ID = "bm25-k1.2-b0.75-avg50-english+context-r1-w2-k1.2-b0.4-avg150"  # names these settings in the generation
 
 _model = qdrant_edge.Bm25(BM25_CONFIG)
+_context_model = qdrant_edge.Bm25(CONTEXT_BM25_CONFIG)
 
 
-def encode_document(text: str) -> SparseVector:
-    """BM25 weights of a chunk's text, to index."""
-    return _convert(_model.embed_document(text))
+def encode_document(text: str, context: str = "") -> SparseVector:
+    """BM25 weights of a chunk's text, plus CONTEXT_WEIGHT times the BM25 weights of its context, to index."""
+    own = _model.embed_document(text)
+    if not context:
+        return _convert(own)
+    weights = dict(zip(own.indices, own.values))
+    around = _context_model.embed_document(context)
+    for index, value in zip(around.indices, around.values):
+        weights[index] = weights.get(index, 0.0) + CONTEXT_WEIGHT * value
+    indices = sorted(weights)
+    return SparseVector(indices=indices, values=[weights[index] for index in indices])
 
 
 def encode_query(text: str) -> SparseVector:

@@ -11,7 +11,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from itertools import pairwise
+from itertools import groupby, pairwise
 from typing import Literal
 
 from tokenizers import Tokenizer
@@ -61,13 +61,19 @@ class Chunk:
     line_start: int | None  # 1-based line where the chunk's own (non-overlap) text starts (see chunk_document)
     page: int | None  # page of line_start when line_pages was given, else None
     window_text: str | None  # sentence-window chunker only: the sentence with its neighbours
+    overlap_chars: int = 0  # leading characters of text that repeat the previous chunk's end (0 in older artifacts)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> Chunk:
-        return cls(**{field.name: data[field.name] for field in fields(cls)})
+        return cls(**{field.name: data[field.name] for field in fields(cls) if field.name in data})
+
+    @property
+    def own_text(self) -> str:
+        """The chunk's text without the overlap it repeats from the previous chunk."""
+        return self.text[self.overlap_chars:]
 
 
 def context_line(document_name: str, heading_path: str) -> str:
@@ -79,6 +85,18 @@ def contextual_text(document_name: str, chunk: Chunk) -> str:
     """What gets embedded: the context line, then the chunk text."""
     context = context_line(document_name, chunk.heading_path)
     return f"{context}\n{chunk.text}" if context else chunk.text
+
+
+def neighbourhood_texts(chunks: Sequence[Chunk], radius: int) -> list[str]:
+    """Per chunk (of one document, in order), the own text of the chunks of its section (the run of chunks under
+    the same headings) within `radius` positions of it, itself included, joined by line breaks: the passage
+    around it, each part once."""
+    texts = []
+    for _, run in groupby(chunks, key=lambda chunk: chunk.heading_path):
+        section = [chunk.own_text for chunk in run]
+        texts += ["\n".join(section[max(0, position - radius):position + radius + 1])
+                  for position in range(len(section))]
+    return texts
 
 
 class Ruler:
@@ -172,7 +190,7 @@ def chunk_document(
         raise ValueError("the tokens chunker needs the embedding model's tokenizer")
     ruler = TokenRuler(markdown, tokenizer) if chunker == "tokens" and tokenizer is not None else Ruler()
     line_starts = [0] + [match.end() for match in _LINE_BREAK.finditer(markdown)]
-    pieces: list[tuple[str, int, str, str | None]] = []  # (text, start offset, heading path, window)
+    pieces: list[tuple[str, int, str, str | None, int]] = []  # (text, start offset, heading path, window, overlap)
     for heading_path, start, end in _sections(markdown, line_starts):
         if chunker == "tokens":
             context = context_line(document_name, heading_path)
@@ -183,13 +201,13 @@ def chunk_document(
             found = _recursive(markdown, start, end, chunk_size, chunk_overlap, ruler)
         else:
             found = _sentence_windows(markdown, start, end, chunk_size, sentence_window)
-        pieces += [(text, offset, heading_path, window) for text, offset, window in found]
+        pieces += [(text, offset, heading_path, window, overlap) for text, offset, window, overlap in found]
     chunks = []
-    for index, (text, offset, heading_path, window) in enumerate(pieces):
+    for index, (text, offset, heading_path, window, overlap) in enumerate(pieces):
         line = bisect_right(line_starts, offset)
         page = line_pages[line - 1] if line_pages is not None and line <= len(line_pages) else None
         origin = line if line_origins is None else line_origins[line - 1] if line <= len(line_origins) else None
-        chunks.append(Chunk(chunk_id(sha, index), sha, index, text, heading_path, origin, page, window))
+        chunks.append(Chunk(chunk_id(sha, index), sha, index, text, heading_path, origin, page, window, overlap))
     return chunks
 
 
@@ -226,8 +244,9 @@ def _join_path(path: list[tuple[int, str]]) -> str:
 
 
 def _recursive(text: str, start: int, end: int, size: int, overlap: int,
-               ruler: Ruler) -> list[tuple[str, int, None]]:
-    """Greedily merged pieces of one section, each after the first prefixed with the previous one's tail."""
+               ruler: Ruler) -> list[tuple[str, int, None, int]]:
+    """Greedily merged pieces of one section, each after the first prefixed with the previous one's tail:
+    (text, core start, no window, prefix length)."""
     cores = _merge(_split(text, start, end, size, ruler), size, ruler)
     toc = [_is_toc(text[core_start:core_end]) for core_start, core_end in cores]
     found = []
@@ -237,7 +256,7 @@ def _recursive(text: str, start: int, end: int, size: int, overlap: int,
         prefix = ""
         if position and not toc[position - 1]:
             prefix = _overlap(text, cores[position - 1], core_start, overlap, ruler)
-        found.append((prefix + text[core_start:core_end], core_start, None))
+        found.append((prefix + text[core_start:core_end], core_start, None, len(prefix)))
     return found
 
 
@@ -252,7 +271,7 @@ def _overlap(text: str, previous: Span, core_start: int, overlap: int, ruler: Ru
     return text[word.start():previous[1]] + separator if word else ""
 
 
-def _sentence_windows(text: str, start: int, end: int, size: int, window: int) -> list[tuple[str, int, str]]:
+def _sentence_windows(text: str, start: int, end: int, size: int, window: int) -> list[tuple[str, int, str, int]]:
     """One piece per sentence (long sentences split by words), each with its neighbouring sentences as window."""
     sentences = []
     # Split by paragraphs, lines and sentences whatever their size; only sentences longer than size by words.
@@ -267,7 +286,7 @@ def _sentence_windows(text: str, start: int, end: int, size: int, window: int) -
         first, last = sentences[max(0, position - window)], sentences[min(len(sentences) - 1, position + window)]
         window_text = text[first[0]:last[1]]
         if not _is_toc(window_text):
-            found.append((text[sentence_start:sentence_end], sentence_start, window_text))
+            found.append((text[sentence_start:sentence_end], sentence_start, window_text, 0))
     return found
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
 from rag_pipeline.fields.registry import filterable_fields
-from rag_pipeline.index.sparse import encode_document
+from rag_pipeline.index.sparse import CONTEXT_RADIUS, encode_document
 from rag_pipeline.index.vector_store import (
     IndexedChunk,
     IndexedDocument,
@@ -24,7 +24,7 @@ from rag_pipeline.index.vector_store import (
     text_digest,
 )
 from rag_pipeline.ingest.chunk import document_name, read_chunks
-from rag_pipeline.ingest.chunkers import Chunk, contextual_text
+from rag_pipeline.ingest.chunkers import Chunk, contextual_text, neighbourhood_texts
 from rag_pipeline.ingest.embeddings import read_vectors
 from rag_pipeline.ingest.redaction_rules import redact_path
 from rag_pipeline.ingest.stage import StageFigures, StageReport, describe, stored_sources, stored_tags, stores
@@ -69,11 +69,12 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: li
     """A document's points, one at a time (a point's vector as a list of floats takes ~10 KB)."""
     vectors = read_vectors(settings, shard, sha)
     name = document_name(settings, row, sha)
+    contexts = neighbourhood_texts(pieces, CONTEXT_RADIUS)
     return (
         IndexPoint(
             id=chunk.chunk_id,
             dense=vector.tolist(),
-            sparse=encode_document(contextual_text(name, chunk)),
+            sparse=encode_document(contextual_text(name, chunk), context),
             payload={
                 "text": chunk.text, "window_text": chunk.window_text, **label_payload(*row_labels(row)),
                 "heading_path": chunk.heading_path, "line_start": chunk.line_start, "page": chunk.page,
@@ -81,7 +82,7 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: li
                 "ingested_at": ingested_at,
             },
         )
-        for chunk, vector in zip(pieces, vectors, strict=True)
+        for chunk, vector, context in zip(pieces, vectors, contexts, strict=True)
     )
 
 
