@@ -542,3 +542,5 @@ def test_dedupe_matches_the_pairwise_definition() -> None:
                 reference.append(candidate)
         assert [h.id for h in dedupe(hits)] == [h.id for h in reference]
         assert len(reference) < len(hits)
+        for keep in (1, 3, len(reference)):  # the first `keep` of the same decisions
+            assert [h.id for h in dedupe(hits, keep=keep)] == [h.id for h in reference[:keep]]

@@ -49,8 +49,9 @@ def is_duplicate(a: Hit, b: Hit, cosine_threshold: float = DUPLICATE_COSINE,
 
 
 def dedupe(hits: Sequence[Hit], cosine_threshold: float = DUPLICATE_COSINE,
-           overlap_threshold: float = DUPLICATE_OVERLAP) -> list[Hit]:
-    """Hits in order, without any that duplicates a better-ranked kept hit (see is_duplicate).
+           overlap_threshold: float = DUPLICATE_OVERLAP, keep: int | None = None) -> list[Hit]:
+    """Hits in order, without any that duplicates a better-ranked kept hit (see is_duplicate); with `keep`, only
+    the first `keep` of them (the rest are not examined).
 
     Same decisions as pairwise is_duplicate, computed with one similarity matrix, shingles built once, and text
     compared only with kept hits of the same document."""
@@ -68,6 +69,8 @@ def dedupe(hits: Sequence[Hit], cosine_threshold: float = DUPLICATE_COSINE,
     kept: list[int] = []
     kept_of_document: dict[str, list[int]] = {}
     for index, hit in enumerate(hits):
+        if keep is not None and len(kept) >= keep:
+            break
         sha = hit.payload.get("sha")
         if sha is not None and any(overlap(index, other) >= overlap_threshold
                                    for other in kept_of_document.get(sha, ())):

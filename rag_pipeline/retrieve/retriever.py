@@ -237,8 +237,9 @@ class Retriever:
             timings["rerank"] = (time.perf_counter() - begin) * 1000
 
         begin = time.perf_counter()
-        if settings.dedupe:
-            hits = dedupe(hits, cosine_threshold=settings.dedupe_cosine)
+        if settings.dedupe:  # MMR and coverage choose among more than top_k hits
+            keep = top_k if settings.mmr_lambda is None and settings.coverage_margin is None else None
+            hits = dedupe(hits, cosine_threshold=settings.dedupe_cosine, keep=keep)
         if settings.mmr_lambda is not None and whole is not None:
             hits = mmr(hits, whole, settings.mmr_lambda, top_k=len(hits))
         if settings.coverage_margin is not None:
