@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -299,3 +300,18 @@ def test_checker_passes_redacted_secrets_and_near_misses() -> None:
 def test_checker_reports_line_numbers() -> None:
     text = "intro\n\nThe new password: Kx7#pW2q!mZ for now\n\n" + RSA_KEY
     assert [(leak.kind, leak.line) for leak in find_leaks(text)] == [("private_key", 5), ("credential", 3)]
+
+
+def test_rules_skip_texts_without_their_required_part_and_decide_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule's `requires` (its key word; `@` for e-mail) only spares scanning texts it cannot match: every case
+    above gets the same spans with the shortcut as without it."""
+    from rag_pipeline.ingest import redaction_rules
+
+    texts = [case[0] for case in SECRETS + PII] + list(KEEP) + [RSA_KEY]
+    with_shortcut = [redaction_rules._spans(text) for text in texts]
+    assert sum(rule.requires is not None for rule in redaction_rules._RULES) >= 12
+    plain = tuple(dataclasses.replace(rule, requires=None) for rule in redaction_rules._RULES)
+    monkeypatch.setattr(redaction_rules, "_RULES", plain)
+    without = [redaction_rules._spans(text) for text in texts]
+    assert [[(start, end, rule.kind) for start, end, rule in spans] for spans in with_shortcut] == \
+        [[(start, end, rule.kind) for start, end, rule in spans] for spans in without]

@@ -74,6 +74,7 @@ class _Rule:
     valid: Callable[[re.Match[str]], bool] = lambda _match: True
     pii: bool = False
     span: Callable[[re.Match[str]], tuple[int, int]] = _value_span
+    requires: re.Pattern[str] | None = None  # a part every match contains: a text without it is not scanned
 
 
 # --- validators -----------------------------------------------------------------------------
@@ -259,7 +260,8 @@ def _prose_rule(kind: str, key: str) -> _Rule:
     value = (r"""(?P<quote>["'`])?(?!\[REDACTED:)"""
              r"""(?P<value>(?(quote)[^\s"'`]{1,100}|[^\s"'`|]{1,100}?))"""
              r"""(?(quote)(?P=quote)|(?=[.,;:!?)\]]*(?:\s|$)))""")
-    return _Rule(kind, re.compile(label + qualifier + link + value, re.I), _is_prose_secret)
+    return _Rule(kind, re.compile(label + qualifier + link + value, re.I), _is_prose_secret,
+                 requires=re.compile(key, re.I))
 
 
 # --- rules, in priority order ---------------------------------------------------------------
@@ -273,7 +275,7 @@ def _context_rule(kind: str, key: str) -> _Rule:
     """`<...key> <sep> <value>` in YAML/INI/env/JSON/Markdown forms; only the value is redacted."""
     label = rf"(?<![\w.-])[\w.-]*?(?P<key>{key})(?![\w-])[\"'*]*"
     sep = r"(?P<sep>[ \t]*(?::=|=>|[:=])[ \t]*)(?:\*\*[ \t]*)?"
-    return _Rule(kind, re.compile(label + sep + _VALUE, re.I), _is_assigned_literal)
+    return _Rule(kind, re.compile(label + sep + _VALUE, re.I), _is_assigned_literal, requires=re.compile(key, re.I))
 
 
 _SECRET_RULES: tuple[_Rule, ...] = (
@@ -315,7 +317,7 @@ _PII_RULES: tuple[_Rule, ...] = (
     # Not scp-style `user@host:path` (git remotes).
     _Rule("email", re.compile(
         r"(?<![\w.+%-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-]|\.[\w-]|:[\w~/])"
-    ), pii=True),
+    ), pii=True, requires=re.compile("@")),
     _Rule("iban", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b"), _is_iban, pii=True),
     _Rule("credit_card", re.compile(
         r"""(?<![\w+.-])(?:
@@ -354,6 +356,8 @@ def _spans(text: str) -> list[tuple[int, int, _Rule]]:
     claimed = bytearray(len(text))
     spans = []
     for rule in _RULES:
+        if rule.requires is not None and not rule.requires.search(text):
+            continue
         for match in rule.pattern.finditer(text):
             if not rule.valid(match):
                 continue
