@@ -7,7 +7,7 @@ IDF modifier scores it (sum over query tokens of query weight x idf x document w
 configuration and the mean chunk length in BM25 tokens (what avg_len should be). Tune on train; report test once.
 
     .venv/bin/python bench/bench_bm25.py [../shared/datasets/scifact] [--split train] [--k 0.9,1.2]
-        [--b 0.4,0.75] [--avg-len 50,auto] [--context-weight 0,2]
+        [--b 0.4,0.75] [--avg-len 50,auto] [--context-weight 0,4]
 """
 
 from __future__ import annotations
@@ -94,8 +94,8 @@ def main() -> None:
     parser.add_argument("--k", default="1.2")
     parser.add_argument("--b", default="0.75")
     parser.add_argument("--avg-len", default="50,auto", help="comma-separated; auto: the mean chunk length")
-    parser.add_argument("--context-weight", default="0,2",
-                        help="comma-separated weights of the neighbourhood's BM25 weights (the index uses 2)")
+    parser.add_argument("--context-weight", default="0,4",
+                        help="comma-separated weights of the neighbourhood's BM25 weights (the index uses 4)")
     args = parser.parse_args()
     dataset = load_beir(args.dataset, args.split)
     started = time.perf_counter()
