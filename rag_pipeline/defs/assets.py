@@ -55,48 +55,58 @@ INDEX_POOL = None if DEFINITION_SETTINGS.qdrant_url else STORE_POOL
 SIDECAR_POOL = None if DEFINITION_SETTINGS.sidecar_url else STORE_POOL
 
 
-def documents_table(report: StageReport, settings: Settings, sidecar: Sidecar) -> dg.TableMetadataValue:
-    """The documents this stage touched, with their current state from the sidecar."""
+def documents_tables(report: StageReport, shards: list[str], settings: Settings,
+                     sidecar: Sidecar) -> dict[str, dg.TableMetadataValue]:
+    """Per shard, the documents this stage touched in it (at most TABLE_LIMIT), with their current state from the
+    sidecar: each shard's materialisation shows its own documents."""
     touched = list(dict.fromkeys(report.added + report.moved + report.retagged + list(report.failed) + report.purged))
-    stored = sidecar.documents_by_sha(touched[:TABLE_LIMIT])
-    records = []
-    for sha in touched[:TABLE_LIMIT]:
-        row = stored.get(sha) or {}
-        records.append(
-            dg.TableRecord(
-                {
-                    "path": row["paths"][0] if row.get("paths") else report.purged_paths.get(sha),
-                    "sha": sha[:12],
-                    "shard": row.get("shard") or settings.shard_of(sha),
-                    "type": row.get("doc_type"),
-                    "sources": ", ".join(row.get("sources") or []),
-                    "tags": ", ".join(row.get("tags") or []),
-                    "status": "purged" if sha in report.purged else row.get("status"),
-                    "pages": row.get("pages"),
-                    "chars": row.get("chars"),
-                    "chunks": row.get("chunks"),
-                    "redactions": row.get("redactions"),
-                    "error": report.failed.get(sha) or row.get("error"),
-                }
-            )
-        )
+    by_shard: dict[str, list[str]] = {shard: [] for shard in shards}
+    for sha in touched:
+        listed = by_shard.get(settings.shard_of(sha))
+        if listed is not None and len(listed) < TABLE_LIMIT:
+            listed.append(sha)
+    stored = sidecar.documents_by_sha([sha for listed in by_shard.values() for sha in listed])
     schema = dg.TableSchema(columns=[dg.TableColumn(name, kind) for name, kind in TABLE_COLUMNS.items()])
-    return dg.MetadataValue.table(records, schema=schema)
+    return {shard: dg.MetadataValue.table([document_record(sha, stored.get(sha) or {}, report, settings)
+                                           for sha in listed], schema=schema)
+            for shard, listed in by_shard.items()}
+
+
+def document_record(sha: str, row: dict[str, Any], report: StageReport, settings: Settings) -> dg.TableRecord:
+    """A document's row of the documents table."""
+    return dg.TableRecord(
+        {
+            "path": row["paths"][0] if row.get("paths") else report.purged_paths.get(sha),
+            "sha": sha[:12],
+            "shard": row.get("shard") or settings.shard_of(sha),
+            "type": row.get("doc_type"),
+            "sources": ", ".join(row.get("sources") or []),
+            "tags": ", ".join(row.get("tags") or []),
+            "status": "purged" if sha in report.purged else row.get("status"),
+            "pages": row.get("pages"),
+            "chars": row.get("chars"),
+            "chunks": row.get("chunks"),
+            "redactions": row.get("redactions"),
+            "error": report.failed.get(sha) or row.get("error"),
+        }
+    )
 
 
 def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecutionContext) -> dict[str, Any]:
-    """Counts, timings and the documents table of a stage; the same counts go to the sidecar's runs table."""
+    """Counts, timings and figures of a stage (the same counts go to the sidecar's runs table); each shard's
+    materialisation also gets the table of its own documents."""
     totals = report.totals()
     counts = {"added": totals.added, "skipped": totals.skipped, "purged": totals.purged, "failed": totals.failed}
     sidecar = rag.sidecar()
     sidecar.record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds,
                        report.actions())
+    for shard, table in documents_tables(report, context.partition_keys, rag.settings, sidecar).items():
+        context.add_asset_metadata({"documents": table}, partition_key=shard)
     metadata: dict[str, Any] = {
         "shards": ",".join(report.shards),
         **counts,
         "seconds": round(report.seconds, 3),
         "docs_per_second": round(totals.added / report.seconds, 2) if report.seconds else 0.0,
-        "documents": documents_table(report, rag.settings, sidecar),
         **report.stage_figures(),
         TOTALS: dg.MetadataValue.json(totals.to_json()),
     }
