@@ -42,6 +42,7 @@ class RagResource(dg.ConfigurableResource):
     rediscover: bool = True  # False: walk no folder, use what every source last recorded (a reindex)
 
     _settings: Settings | None = PrivateAttr(default=None)
+    _sidecar: Sidecar | None = PrivateAttr(default=None)
 
     @property
     def settings(self) -> Settings:
@@ -69,7 +70,10 @@ class RagResource(dg.ConfigurableResource):
         return [spec]
 
     def sidecar(self) -> Sidecar:
-        return Sidecar(self.settings.sidecar_location)
+        """Opened (and its schema brought up to date) once per resource: a run's steps share it."""
+        if self._sidecar is None:
+            self._sidecar = Sidecar(self.settings.sidecar_location)
+        return self._sidecar
 
     def converter(self) -> DocumentConverter:
         """The converter of the settings' PDF pipeline and conversion limits (docling itself runs in conversion
@@ -130,6 +134,7 @@ class RetrievalResource(dg.ConfigurableResource):
     semantic_cache: bool | None = None
 
     _settings: Settings | None = PrivateAttr(default=None)
+    _sidecar: Sidecar | None = PrivateAttr(default=None)
 
     @property
     def settings(self) -> Settings:
