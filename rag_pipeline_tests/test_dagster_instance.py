@@ -16,6 +16,8 @@ import yaml
 from dagster import DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
+from rag_pipeline.defs.sensors import corpus_summary_after_ingest
+
 from .conftest import REPO
 
 INSTANCE_CONFIGS = [REPO / "dagster.yaml", REPO / "deploy" / "dagster-postgres.yaml",
@@ -65,14 +67,34 @@ def test_make_demo_records_its_runs_in_the_instance_make_dev_opens(tmp_path: Pat
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "pumps.md").write_text("# Pumps\n\nThe bilge pump seals are inspected every fortnight.\n")
+    for number in range(4):
+        (corpus / f"note-{number}.md").write_text(f"# Note {number}\n\nValve {number} is checked monthly.\n")
     done = subprocess.run([sys.executable, "-m", "rag_pipeline", "ingest", str(corpus), "--data-dir", str(data_dir),
                            "--json"], cwd=REPO, env={**os.environ, "DAGSTER_HOME": home}, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    run_ids = json.loads(done.stdout)["run_ids"]
+    summary = json.loads(done.stdout)
+    run_ids = summary["run_ids"]
+    assert len(summary["shards"]) > 1
     with DagsterInstance.from_ref(InstanceRef.from_dir(home)) as instance:
         assert run_ids and all(instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
                                for run_id in run_ids)
+        # One run: the shards, then the assets after them (enrichment, roster, the generation switch, the summary),
+        # with one "planned" event per asset for the whole shard range.
+        [run_id] = run_ids
+
+        def events(kind: dg.DagsterEventType) -> list:
+            return [record.event_log_entry.dagster_event
+                    for record in instance.get_records_for_run(run_id, of_type=kind, limit=1000).records]
+
+        materialised = {event.asset_key.to_user_string() for event in events(dg.DagsterEventType.ASSET_MATERIALIZATION)}
+        assert {"raw_documents", "metadata_sidecar", "index_generation", "corpus_summary"} <= materialised
+        assert len(events(dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED)) == len(materialised)
+        # That run refreshed the corpus summary itself: the sensor that refreshes it after ingest runs skips it.
+        context = dg.build_run_status_sensor_context(
+            sensor_name="corpus_summary_after_ingest", dagster_instance=instance,
+            dagster_run=instance.get_run_by_id(run_id), dagster_event=events(dg.DagsterEventType.RUN_SUCCESS)[0])
+        assert "refreshed the corpus summary itself" in corpus_summary_after_ingest(context).skip_message
 
 
 def test_every_step_that_opens_the_stores_holds_the_store_pool() -> None:

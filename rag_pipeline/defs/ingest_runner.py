@@ -48,6 +48,9 @@ from rag_pipeline.ingest.plan import docling_pending, pending_shards
 from rag_pipeline.ingest.summary import IngestSummary
 from rag_pipeline.structured.freshness import stale_fields
 
+# The unpartitioned assets an ingest ends with, once every shard run is done: fields from enrichment and rosters, the
+# switch to a completed generation, the corpus summary.
+AFTER_SHARDS = [document_enrichment, roster, index_generation, corpus_summary]
 STORE_POLL_S = 0.25  # how often an ingest tries again for the embedded store another process holds
 LOCK_PATIENCE_S = 1.0  # a server asks who holds ingest.lock by taking it for an instant
 
@@ -132,18 +135,20 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     target = generations.target()
     with dagster_instance() as instance:
         release_killed_runs(instance, settings.data_dir)
-        for run in shard_runs(shards):
+        runs = shard_runs(shards)
+        for position, run in enumerate(runs):
+            after = AFTER_SHARDS if position == len(runs) - 1 else []  # in the last run: one run start fewer
             if settings.ingest_workers > 1 and len(run) > 1:
-                parallel_run(rag, run, instance, summary)
+                result = parallel_run(rag, run, instance, summary, after)
             else:
-                add_run(summary, materialize_stages(rag, INGEST_ASSETS, run, instance))
-        if shards or generations.active_id() != target.id or stale_fields(settings, sidecar):
-            after = [document_enrichment, roster, index_generation, corpus_summary]
-            result = dg.materialize([*after, *INGEST_ASSETS], selection=after, resources={"rag": rag},
+                result = add_run(summary, materialize_stages(rag, [*INGEST_ASSETS, *after], run, instance))
+            if after:
+                summary.generation = generation_of(result)
+        if not shards and (generations.active_id() != target.id or stale_fields(settings, sidecar)):
+            result = dg.materialize([*AFTER_SHARDS, *INGEST_ASSETS], selection=AFTER_SHARDS, resources={"rag": rag},
                                     instance=instance, run_config=QUIET_LOGS,
                                     tags={DATA_DIR_TAG: str(settings.data_dir.resolve())})
-            event = result.asset_materializations_for_node("index_generation")[0]
-            summary.generation = event.metadata[GENERATION].value
+            summary.generation = generation_of(result)
     if summary.generation is None:
         summary.generation = {"target": target.id, "active": target.id, "switched": False}
     summary.record_documents(manifest, sidecar)
@@ -151,17 +156,24 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     return summary.to_json()
 
 
-def add_run(summary: IngestSummary, result: dg.ExecuteInProcessResult) -> None:
+def generation_of(result: dg.ExecuteInProcessResult) -> dict[str, Any]:
+    """The index generation report of a run that materialised index_generation."""
+    return result.asset_materializations_for_node("index_generation")[0].metadata[GENERATION].value
+
+
+def add_run(summary: IngestSummary, result: dg.ExecuteInProcessResult) -> dg.ExecuteInProcessResult:
     """Count a finished run in the summary; a failed one stops the ingest (IngestFailed says why)."""
     if not result.success:
         raise IngestFailed(run_failure(result))
     summary.add_run(result.run_id, stage_totals(result))
+    return result
 
 
-def parallel_run(rag: RagResource, shards: list[str], instance: dg.DagsterInstance, summary: IngestSummary) -> None:
+def parallel_run(rag: RagResource, shards: list[str], instance: dg.DagsterInstance, summary: IngestSummary,
+                 after: Sequence[dg.AssetsDefinition] = ()) -> dg.ExecuteInProcessResult:
     """The stages of `shards` with the per-document ones in RAG_INGEST_WORKERS shard workers: raw_documents here
     (while the workers start), then the workers' runs at once, then vector_index and metadata_sidecar here (the
-    writes that must be serialised)."""
+    writes that must be serialised), with the `after` assets in the same run."""
     with ShardWorkers(rag, rag.settings.ingest_workers) as workers:
         add_run(summary, materialize_stages(rag, [raw_documents], shards, instance))
         failures = []
@@ -171,4 +183,4 @@ def parallel_run(rag: RagResource, shards: list[str], instance: dg.DagsterInstan
                 failures.append(worker_run.failure)
     if failures:
         raise IngestFailed("; ".join(failures))
-    add_run(summary, materialize_stages(rag, [vector_index, metadata_sidecar], shards, instance))
+    return add_run(summary, materialize_stages(rag, [vector_index, metadata_sidecar, *after], shards, instance))

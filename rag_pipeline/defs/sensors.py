@@ -5,7 +5,7 @@ import json
 
 import dagster as dg
 
-from rag_pipeline.defs.assets import INGEST_ASSETS
+from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
 from rag_pipeline.defs.jobs import corpus_summary_job, ingest_job
 from rag_pipeline.defs.partitions import shard_ranges, shard_run_tags, shard_runs
 from rag_pipeline.defs.resources import RagResource
@@ -86,11 +86,15 @@ INGEST_KEYS = {asset.key for asset in INGEST_ASSETS}
 )
 def corpus_summary_after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
     """Every successful run that materialised ingest assets (the sensor's ingest_job runs, and backfills or
-    materialisations launched from the UI, which run as the implicit asset job) refreshes the corpus summary."""
+    materialisations launched from the UI, which run as the implicit asset job) refreshes the corpus summary,
+    unless it refreshed it itself (the in-process ingest's last run)."""
     run = context.dagster_run
     if run.job_name != ingest_job.name:
         records = context.instance.get_records_for_run(
             run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=1000).records
-        if not {record.event_log_entry.dagster_event.asset_key for record in records} & INGEST_KEYS:
+        keys = {record.event_log_entry.dagster_event.asset_key for record in records}
+        if not keys & INGEST_KEYS:
             return dg.SkipReason(f"run {run.run_id} materialised no ingest asset")
+        if corpus_summary.key in keys:
+            return dg.SkipReason(f"run {run.run_id} refreshed the corpus summary itself")
     return dg.RunRequest(run_key=run.run_id)
