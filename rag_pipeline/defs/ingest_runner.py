@@ -44,7 +44,7 @@ from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.convert import start_conversion_workers
 from rag_pipeline.ingest.membership import forget_source
-from rag_pipeline.ingest.plan import docling_pending, pending_shards
+from rag_pipeline.ingest.plan import docling_pending, pending_shards, pending_work
 from rag_pipeline.ingest.summary import IngestSummary
 from rag_pipeline.structured.freshness import stale_fields
 
@@ -139,7 +139,7 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
         for position, run in enumerate(runs):
             after = AFTER_SHARDS if position == len(runs) - 1 else []  # in the last run: one run start fewer
             if settings.ingest_workers > 1 and len(run) > 1:
-                result = parallel_run(rag, run, instance, summary, after)
+                result = parallel_run(rag, run, pending_work(settings, manifest, run), instance, summary, after)
             else:
                 result = add_run(summary, materialize_stages(rag, [*INGEST_ASSETS, *after], run, instance))
             if after:
@@ -169,15 +169,15 @@ def add_run(summary: IngestSummary, result: dg.ExecuteInProcessResult) -> dg.Exe
     return result
 
 
-def parallel_run(rag: RagResource, shards: list[str], instance: dg.DagsterInstance, summary: IngestSummary,
-                 after: Sequence[dg.AssetsDefinition] = ()) -> dg.ExecuteInProcessResult:
-    """The stages of `shards` with the per-document ones in RAG_INGEST_WORKERS shard workers: raw_documents here
-    (while the workers start), then the workers' runs at once, then vector_index and metadata_sidecar here (the
-    writes that must be serialised), with the `after` assets in the same run."""
+def parallel_run(rag: RagResource, shards: list[str], work: dict[str, int], instance: dg.DagsterInstance,
+                 summary: IngestSummary, after: Sequence[dg.AssetsDefinition] = ()) -> dg.ExecuteInProcessResult:
+    """The stages of `shards` with the per-document ones in RAG_INGEST_WORKERS shard workers (ranges of near-equal
+    `work`): raw_documents here (while the workers start), then the workers' runs at once, then vector_index and
+    metadata_sidecar here (the writes that must be serialised), with the `after` assets in the same run."""
     with ShardWorkers(rag, rag.settings.ingest_workers) as workers:
         add_run(summary, materialize_stages(rag, [raw_documents], shards, instance))
         failures = []
-        for worker_run in workers.run(shards):
+        for worker_run in workers.run(shards, work):
             summary.add_run(worker_run.run_id, worker_run.stage_totals())
             if worker_run.failure:
                 failures.append(worker_run.failure)

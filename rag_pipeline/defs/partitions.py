@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 import dagster as dg
 from dagster._core.storage.tags import (
@@ -35,18 +36,33 @@ def shard_runs(shards: Sequence[str], keys: Sequence[str] = SHARDS.get_partition
     return runs
 
 
-def shard_ranges(shards: Sequence[str], workers: int) -> list[list[str]]:
-    """The shards split into at most `workers` contiguous ranges of near-equal size (a run covers a key range, so
-    ranges must not interleave)."""
+def shard_ranges(shards: Sequence[str], workers: int, work: Mapping[str, float] | None = None) -> list[list[str]]:
+    """The shards split into at most `workers` contiguous ranges (a run covers a key range, so ranges must not
+    interleave): of near-equal `work` (shard -> the work pending in it, say bytes of new documents) when given and
+    not all zero, else of near-equal numbers of shards. Each cut falls where the work before it comes nearest an
+    equal share."""
     ordered = sorted(shards)
     count = max(1, min(workers, len(ordered)))
-    size, extra = divmod(len(ordered), count)
-    ranges, start = [], 0
-    for index in range(count):
-        end = start + size + (1 if index < extra else 0)
-        ranges.append(ordered[start:end])
-        start = end
-    return ranges
+    total = sum(work.get(shard, 0) for shard in ordered) if work else 0
+    if not total:
+        size, extra = divmod(len(ordered), count)
+        bounds = [0]
+        for index in range(count):
+            bounds.append(bounds[-1] + size + (1 if index < extra else 0))
+        return [ordered[start:end] for start, end in pairwise(bounds)]
+    ranges: list[list[str]] = []
+    current: list[str] = []
+    done = 0.0  # work of the shards placed so far
+    for index, shard in enumerate(ordered):
+        weight = work.get(shard, 0)
+        still_to_open = count - len(ranges) - 1
+        if current and still_to_open and (len(ordered) - index == still_to_open
+                                          or done + weight / 2 > total * (len(ranges) + 1) / count):
+            ranges.append(current)
+            current = []
+        current.append(shard)
+        done += weight
+    return [*ranges, current]
 
 
 def shard_run_tags(shards: Sequence[str]) -> dict[str, str]:

@@ -15,7 +15,8 @@ workers, once (each stage is idempotent: it does exactly the work still missing)
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -89,7 +90,27 @@ class ShardWorkers:
         self.cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
             list(range(os.cpu_count() or 1))
         CONTEXT.set_forkserver_preload(PRELOAD)  # no effect once this process's forkserver runs
-        self.pool = self._start()
+        # The forkserver imports PRELOAD (Dagster and the pipeline, ~2 s) before the first worker forks: start them
+        # on a thread, so that the caller's raw_documents run goes on meanwhile.
+        self._pool: ProcessPoolExecutor | None = None
+        self._start_error: BaseException | None = None
+        self._starting = threading.Thread(target=self._start_in_background, name="shard-workers-start", daemon=True)
+        self._starting.start()
+
+    def _start_in_background(self) -> None:
+        try:
+            self._pool = self._start()
+        except BaseException as error:  # raised to the caller by `pool`
+            self._start_error = error
+
+    @property
+    def pool(self) -> ProcessPoolExecutor:
+        """The started pool (waits for the start; raises what it raised)."""
+        self._starting.join()
+        if self._start_error is not None:
+            raise self._start_error
+        assert self._pool is not None
+        return self._pool
 
     def _start(self) -> ProcessPoolExecutor:
         """A pool whose workers all start now (a process starts per task while none is idle)."""
@@ -99,15 +120,15 @@ class ShardWorkers:
             pool.submit(int)
         return pool
 
-    def run(self, shards: Sequence[str]) -> list[RangeRun]:
-        """The per-document stages of `shards`, one contiguous range per worker; the runs in the order they
-        finished. A range whose worker died runs again once (in new workers); then IngestFailed names its
-        shards."""
-        pending, finished = shard_ranges(shards, self.workers), []
+    def run(self, shards: Sequence[str], work: Mapping[str, float] | None = None) -> list[RangeRun]:
+        """The per-document stages of `shards`, one contiguous range per worker (of near-equal `work` when given:
+        shard -> pending work); the runs in the order they finished. A range whose worker died runs again once (in
+        new workers); then IngestFailed names its shards."""
+        pending, finished = shard_ranges(shards, self.workers, work), []
         for attempt in range(ATTEMPTS):
             if attempt:
                 self.pool.shutdown(wait=True, cancel_futures=True)
-                self.pool = self._start()
+                self._pool = self._start()
             futures = {self.pool.submit(run_range, self.resource, shard_range): shard_range for shard_range in pending}
             lost = []
             for future in as_completed(futures):
@@ -122,7 +143,9 @@ class ShardWorkers:
                            + "; ingest again to finish them (every stage resumes where it stopped)")
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        self._starting.join()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> ShardWorkers:
         return self

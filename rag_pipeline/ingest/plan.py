@@ -58,3 +58,16 @@ def docling_pending(settings: Settings, manifest: Manifest, shards: list[str]) -
     converted = {shard: markdown.shas(shard) for shard in shards}
     return any(format_of(files[0].doc_type).uses_docling and sha not in converted[settings.shard_of(sha)]
                for sha, files in manifest.documents().items() if settings.shard_of(sha) in converted)
+
+
+def pending_work(settings: Settings, manifest: Manifest, shards: list[str]) -> dict[str, int]:
+    """Per shard, the bytes of its documents that have no embeddings yet: what the per-document stages (convert,
+    redact, chunk, embed) will process, to share out among shard workers."""
+    embedded = stores(settings)["embeddings"]
+    done = {shard: embedded.shas(shard) for shard in shards}
+    work = dict.fromkeys(shards, 0)
+    for sha, files in manifest.documents().items():
+        shard = settings.shard_of(sha)
+        if shard in done and sha not in done[shard]:
+            work[shard] += files[0].size
+    return work
