@@ -66,8 +66,7 @@ def test_ingest_records_runs_and_materialisations_in_postgres(
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         run = instance.get_run_by_id(run_id)
         assert run is not None and run.status == dg.DagsterRunStatus.SUCCESS
-        runs_after_first = instance.get_runs_count()
-        assert runs_after_first == 2  # the shard run and the corpus_summary refresh
+        assert instance.get_runs_count() == 1  # the shard run, which ends with the corpus_summary refresh
 
         for asset in INGEST_ASSETS:
             key = asset.key
@@ -78,7 +77,7 @@ def test_ingest_records_runs_and_materialisations_in_postgres(
             assert {record.partition_key for record in records} == set(shards), key
             assert {record.run_id for record in records} == {run_id}, key
         latest = instance.get_latest_materialization_event(corpus_summary.key)
-        assert latest is not None and latest.run_id != run_id
+        assert latest is not None and latest.run_id == run_id
 
     # Nothing went to SQLite under DAGSTER_HOME.
     assert not [path for path in postgres_home.rglob("*.db")]
@@ -101,4 +100,4 @@ def test_ingest_records_runs_and_materialisations_in_postgres(
     again = ingest([corpus], data_dir)
     assert again["shards"] == [] and again["added"] == 0 and again["run_ids"] == []
     with dg.DagsterInstance.get() as instance:
-        assert instance.get_runs_count() == runs_after_first
+        assert instance.get_runs_count() == 1  # an ingest with nothing to do launches no run

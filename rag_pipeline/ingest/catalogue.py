@@ -26,10 +26,11 @@ def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) 
     chunk_rows: list[dict] = []
     redaction_rows: list[dict] = []
     catalogued = sidecar.catalogued_by_shard(chunk_set)
+    pending, stored = sidecar.pending_shas(report.shards), sidecar.catalogued_shas(report.shards)
     for shard in report.shards:
         wanted = chunk_store.shas(shard)
-        held = catalogued.get(shard, set()) - sidecar.pending_shas(shard)  # a kill left it half-done
-        vanished = sorted(sidecar.catalogued_shas(shard) - wanted)
+        held = catalogued.get(shard, set()) - pending[shard]  # a kill left it half-done
+        vanished = sorted(stored[shard] - wanted)
         report.purged += vanished
         report.skipped += len(wanted & held)
         for sha in sorted(wanted - held):

@@ -114,8 +114,9 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     pending: list[IndexPoint] = []
     upserted = deleted = 0
     expected_by_shard: dict[str, dict[str, dict[str, str]]] = {}
-    for shard in report.shards:
-        wanted = vectors_store.shas(shard)
+    wanted_by_shard = {shard: vectors_store.shas(shard) for shard in report.shards}
+    labelled = labelled_rows(settings, sidecar, sorted(set().union(*wanted_by_shard.values())))
+    for shard, wanted in wanted_by_shard.items():
         state = store.shard_state(shard)
         held = held_chunks(store, shard)
         vanished = sorted(set(state) - wanted)
@@ -123,7 +124,7 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
             store.delete_shas(vanished)
             deleted += sum(state[sha].points for sha in vanished)
             report.purged += vanished
-        rows = labelled_rows(settings, sidecar, sorted(wanted))
+        rows = {sha: labelled[sha] for sha in sorted(wanted) if sha in labelled}
         expected = expected_by_shard[shard] = expected_chunks(settings, shard, rows)
         for sha in sorted(wanted):
             row = rows.get(sha)

@@ -99,9 +99,12 @@ class DocumentTables(SidecarFile):
                           "ORDER BY count(*) DESC LIMIT 1")
         return rows[0]["chunk_set"] if rows else None
 
-    def catalogued_shas(self, shard: str) -> set[str]:
-        """Documents of the shard whose chunk rows are stored, however they were chunked."""
-        return {row["sha"] for row in self._rows("SELECT DISTINCT sha FROM chunks WHERE shard = ?", [shard])}
+    def catalogued_shas(self, shards: list[str]) -> dict[str, set[str]]:
+        """shard -> documents of it whose chunk rows are stored, however they were chunked, for these shards."""
+        by_shard: dict[str, set[str]] = {shard: set() for shard in shards}
+        for row in self._rows("SELECT DISTINCT shard, sha FROM chunks WHERE list_contains(?, shard)", [shards]):
+            by_shard[row["shard"]].add(row["sha"])
+        return by_shard
 
     def catalogued_by_shard(self, chunk_set: str) -> dict[str, set[str]]:
         """shard -> documents catalogued with this chunking (chunk rows stored, or zero chunks), in one query."""
@@ -112,10 +115,13 @@ class DocumentTables(SidecarFile):
             by_shard.setdefault(row["shard"], set()).add(row["sha"])
         return by_shard
 
-    def pending_shas(self, shard: str) -> set[str]:
-        """Documents of the shard whose ingest has not ended (status pending)."""
-        return {row["sha"] for row in self._rows(
-            "SELECT sha FROM documents WHERE shard = ? AND status = 'pending'", [shard])}
+    def pending_shas(self, shards: list[str]) -> dict[str, set[str]]:
+        """shard -> documents of it whose ingest has not ended (status pending), for these shards."""
+        by_shard: dict[str, set[str]] = {shard: set() for shard in shards}
+        for row in self._rows("SELECT shard, sha FROM documents WHERE list_contains(?, shard) AND status = 'pending'",
+                              [shards]):
+            by_shard[row["shard"]].add(row["sha"])
+        return by_shard
 
     def replace_catalogue(self, shas: list[str], chunk_rows: list[dict[str, Any]],
                           redaction_rows: list[dict[str, Any]]) -> None:
