@@ -39,7 +39,7 @@ from rag_pipeline.defs.local_runs import (
 )
 from rag_pipeline.defs.partitions import shard_runs
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.shard_workers import ShardWorkers
+from rag_pipeline.defs.shard_workers import ShardWorkers, start_shard_workers_forkserver
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.convert import start_conversion_workers
@@ -122,6 +122,8 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
 def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     """The ingest, under the data dir's ingest lock."""
     settings, sidecar = rag.settings, rag.sidecar()
+    if settings.ingest_workers > 1:
+        start_shard_workers_forkserver()
     specs = rag.source_specs()
     if rag.rediscover and not specs:
         raise ConfigError("nothing to ingest: give folders, or configure sources (RAG_SOURCES_FILE) or RAG_ROOTS")
