@@ -265,8 +265,9 @@ def test_onnx_runtimes_give_the_torch_vectors(embedder: SentenceTransformerEmbed
 @pytest.mark.parametrize("runtime", ["onnx", "onnx-int8"])
 def test_document_sessions_per_core_give_the_same_vectors_in_order(export_dir: Path, runtime: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Documents are dealt out to one single-threaded session per usable core: every text gets the vector it gets
-    alone, in its own row, whatever the number of sessions."""
+    """Batches of documents are shared out among one single-threaded session per usable core (at most
+    MAX_DOCUMENT_SESSIONS, which then get more threads each): the vectors and their order are those of one
+    session; a single batch runs on the caller's thread."""
     from rag_pipeline.embed import onnx_embedder
 
     texts = TEXTS[:24]
@@ -275,10 +276,13 @@ def test_document_sessions_per_core_give_the_same_vectors_in_order(export_dir: P
     reference = alone.embed_documents(texts)
     monkeypatch.setattr(onnx_embedder, "usable_cores", lambda: 3)
     shared = build_embedder(runtime=runtime, onnx_cache_dir=str(export_dir), batch_size=4)
-    vectors = shared.embed_documents(texts)
-    assert len(shared._document_sessions) == 3
-    np.testing.assert_allclose(vectors, reference, atol=1e-5)
-    np.testing.assert_allclose(shared.embed_documents(texts[5:6])[0], reference[5], atol=1e-5)  # one text: one session
+    np.testing.assert_allclose(shared.embed_documents(texts), reference, atol=1e-5)
+    assert {thread.name.startswith("embed") for thread in shared._pool()._threads} == {True}
+    assert len(shared._pool()._threads) == 3
+    np.testing.assert_allclose(shared.embed_documents(texts[5:6])[0], reference[5], atol=1e-5)
+    monkeypatch.setattr(onnx_embedder, "usable_cores", lambda: 4 * onnx_embedder.MAX_DOCUMENT_SESSIONS + 1)
+    many = build_embedder(runtime=runtime, onnx_cache_dir=str(export_dir), batch_size=4)
+    assert (many._document_sessions, many._document_session_threads) == (onnx_embedder.MAX_DOCUMENT_SESSIONS, 4)
 
 
 def test_onnx_export_is_cached_and_never_downloads(export_dir: Path) -> None:
