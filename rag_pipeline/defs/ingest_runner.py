@@ -122,22 +122,23 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
 def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     """The ingest, under the data dir's ingest lock."""
     settings, sidecar = rag.settings, rag.sidecar()
-    if settings.ingest_workers > 1:
-        start_shard_workers_forkserver()
     specs = rag.source_specs()
     if rag.rediscover and not specs:
         raise ConfigError("nothing to ingest: give folders, or configure sources (RAG_SOURCES_FILE) or RAG_ROOTS")
     manifest = rag.manifest(specs)
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
-    if settings.ingest_workers <= 1 and docling_pending(settings, manifest, shards):
-        start_conversion_workers()  # docling's import in the background, while the Dagster run starts
+    runs = shard_runs(shards)
+    # The forkserver the workers fork from imports what they need in the background, while the Dagster run starts.
+    if settings.ingest_workers > 1 and any(len(run) > 1 for run in runs):
+        start_shard_workers_forkserver()  # Dagster and the pipeline (~2 s), during the raw_documents run
+    elif docling_pending(settings, manifest, shards):
+        start_conversion_workers()  # docling (~2.5 s), for the conversions in this process
     summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs], paths_before=sidecar.first_paths())
     generations = rag.generations()
     target = generations.target()
     with dagster_instance() as instance:
         release_killed_runs(instance, settings.data_dir)
-        runs = shard_runs(shards)
         for position, run in enumerate(runs):
             after = AFTER_SHARDS if position == len(runs) - 1 else []  # in the last run: one run start fewer
             if settings.ingest_workers > 1 and len(run) > 1:

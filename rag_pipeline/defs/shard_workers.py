@@ -39,7 +39,7 @@ ENVIRONMENT_PREFIXES = ("RAG_", "DAGSTER_")  # the settings a worker must see as
 
 def start_shard_workers_forkserver() -> None:
     """Start the forkserver shard workers fork from now: its imports (Dagster and the pipeline, ~2 s of a core)
-    then overlap discovery and the raw_documents run instead of delaying the workers."""
+    then overlap the raw_documents run instead of delaying the workers."""
     start_forkserver(PRELOAD)
 
 
@@ -122,8 +122,12 @@ class ShardWorkers:
         """A pool whose workers all start now (a process starts per task while none is idle)."""
         pool = ProcessPoolExecutor(self.workers, mp_context=CONTEXT, initializer=start_worker,
                                    initargs=(CONTEXT.Value("i", 0), self.cores, self.environment, self.resource))
-        for _ in range(self.workers):
-            pool.submit(int)
+        try:
+            for _ in range(self.workers):
+                pool.submit(int)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
         return pool
 
     def run(self, shards: Sequence[str], work: Mapping[str, float] | None = None) -> list[RangeRun]:
