@@ -18,6 +18,7 @@ from rag_pipeline.index.vector_store import IndexPoint, SparseVector, VectorStor
 from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.ingest.chunkers import contextual_text
 from rag_pipeline.ingest.stage import stores
+from rag_pipeline.ingest.vector_index import shard_batch
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline_tests.sidecar_sql import sql_rows
@@ -259,3 +260,11 @@ def test_half_written_document_is_rewritten(backend: str, tmp_path: Path, data_d
     assert summary["shards"] == [settings.shard_of(sha)] and summary["points_upserted"] == len(chunk_ids)
     assert summary["vectors_computed"] == 0
     assert_index_agrees(data_dir)
+
+
+def test_vector_index_reads_sidecar_rows_for_whole_shards_about_label_batch_at_a_time() -> None:
+    by_shard = {"0": {"a", "b"}, "1": set(), "2": {"c"}, "3": {"d", "e", "f"}}
+    assert shard_batch(by_shard, "0", 3) == ["0", "1", "2"]
+    assert shard_batch(by_shard, "0", 100) == ["0", "1", "2", "3"]
+    assert shard_batch(by_shard, "3", 1) == ["3"]  # the first shard, whatever its size
+    assert shard_batch(by_shard, "1", 1) == ["1", "2"]

@@ -32,6 +32,7 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
 UPSERT_BATCH = 1024
+LABEL_BATCH = 20_000  # sidecar rows read at a time: one read for many small shards, bounded memory for big ones
 FIELD_LABELS = "field_labels"  # the keys labelled_rows adds to a sidecar row: the filterable fields' labels,
 SHOWN_PATHS = "shown_paths"  # and the paths as the points show them (secrets in them redacted)
 MAX_REPORTED = 50  # check violations listed per run
@@ -86,6 +87,20 @@ def build_points(settings: Settings, shard: str, sha: str, row: dict, pieces: li
     )
 
 
+def shard_batch(by_shard: dict[str, set[str]], first: str, limit: int) -> list[str]:
+    """Shard `first` and the shards after it (in `by_shard`'s order) whose documents together fit in `limit` (the
+    first one whatever its size)."""
+    shards = list(by_shard)
+    batch: list[str] = []
+    documents = 0
+    for shard in shards[shards.index(first):]:
+        if batch and documents + len(by_shard[shard]) > limit:
+            break
+        batch.append(shard)
+        documents += len(by_shard[shard])
+    return batch
+
+
 def expected_chunks(settings: Settings, shard: str, documents: Iterable[str]) -> dict[str, dict[str, str]]:
     """sha -> {chunk id: text hash} of the chunk artifact of each of `documents` that has one in the shard."""
     chunked = stores(settings)["chunks"].shas(shard) & set(documents)
@@ -115,8 +130,12 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
     upserted = deleted = 0
     expected_by_shard: dict[str, dict[str, dict[str, str]]] = {}
     wanted_by_shard = {shard: vectors_store.shas(shard) for shard in report.shards}
-    labelled = labelled_rows(settings, sidecar, sorted(set().union(*wanted_by_shard.values())))
+    labelled: dict[str, dict] = {}
+    loaded: list[str] = []  # the shards whose rows `labelled` holds
     for shard, wanted in wanted_by_shard.items():
+        if shard not in loaded:  # the rows of this shard and the next ones, about LABEL_BATCH documents at a time
+            loaded = shard_batch(wanted_by_shard, shard, LABEL_BATCH)
+            labelled = labelled_rows(settings, sidecar, sorted(sha for name in loaded for sha in wanted_by_shard[name]))
         state = store.shard_state(shard)
         held = held_chunks(store, shard)
         vanished = sorted(set(state) - wanted)
