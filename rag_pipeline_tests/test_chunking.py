@@ -265,7 +265,10 @@ def test_dict_round_trip() -> None:
 
 
 def test_an_artifact_written_before_overlap_chars_reads_as_no_overlap() -> None:
+    """Such a chunk's passage (neighbourhood_texts) holds its overlap twice until its chunks are rebuilt (see
+    docs/ingest.md, the vector index)."""
     chunk = chunk_document(SHA, README, chunk_size=60, chunk_overlap=20)[3]
+    assert chunk.overlap_chars
     older = {key: value for key, value in chunk.to_dict().items() if key != "overlap_chars"}
     assert Chunk.from_dict(older).own_text == chunk.text
 

@@ -134,7 +134,6 @@ class RetrievalResource(dg.ConfigurableResource):
     semantic_cache: bool | None = None
 
     _settings: Settings | None = PrivateAttr(default=None)
-    _sidecar: Sidecar | None = PrivateAttr(default=None)
 
     @property
     def settings(self) -> Settings:
