@@ -20,7 +20,7 @@ def _shingles(text: str, size: int = 3) -> set[tuple[str, ...]]:
     words = _WORD.findall(text.lower())
     if len(words) < size:
         return {tuple(words)} if words else set()
-    return {tuple(words[i : i + size]) for i in range(len(words) - size + 1)}
+    return set(zip(*(words[start:] for start in range(size))))  # each run of `size` words, as a tuple
 
 
 def text_overlap(a: str, b: str) -> float:
