@@ -10,7 +10,15 @@ import pytest
 from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.corpus_rules import parse_rules
 from rag_pipeline.ingest.discover import discover
-from rag_pipeline.ingest.formats import BY_EXTENSION, FORMATS, Head, enabled_extensions, format_of_path, recognise
+from rag_pipeline.ingest.formats import (
+    BY_EXTENSION,
+    FORMATS,
+    Head,
+    enabled_extensions,
+    extension_of,
+    format_of_path,
+    recognise,
+)
 from rag_pipeline.ingest.uploads import RefusedUpload, sniff_upload
 from rag_pipeline.settings import Settings
 
@@ -97,3 +105,9 @@ def test_a_pdf_must_start_with_its_header_and_a_script_is_text(tmp_path: Path) -
     assert sniff_upload(b"\n" + pdf, "a.pdf") == "pdf" and sniff_upload(pdf, "b.pdf") == "pdf"
     assert sniff_upload(b"#!/bin/sh\necho hello\n", "deploy.txt") == "txt"  # readable text, never run
     assert sniff_upload(b"MZ Widgets: the quarterly report\n", "mz.txt") == "txt"  # not a PE header
+
+
+@pytest.mark.parametrize("name", ["a.tar.gz", ".bashrc", "dir.d/file", "file.", "X.PDF", "noext", "a/b.c/d.MD", "..md",
+                                  "a..md", "/x/.hidden.md", ".", "..", "notes.Markdown"])
+def test_extension_of_follows_pathlibs_suffix(name: str) -> None:
+    assert extension_of(name) == Path(name).suffix.lower().lstrip(".")

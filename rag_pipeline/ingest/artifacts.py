@@ -26,11 +26,13 @@ class ArtifactStore:
 
     def shas(self, shard: str, suffix: str | None = None) -> set[str]:
         """Documents with an artifact in the shard (only those with this suffix, when given)."""
-        folder = self.dir / shard
-        if not folder.is_dir():
+        ending = f".{suffix}" if suffix else "."
+        try:
+            names = os.listdir(self.dir / shard)
+        except (FileNotFoundError, NotADirectoryError):
             return set()
-        pattern = f"*.{suffix}" if suffix else "*.*"
-        return {p.name.split(".", 1)[0] for p in folder.glob(pattern) if not p.name.startswith(".")}
+        return {name.split(".", 1)[0] for name in names
+                if not name.startswith(".") and (name.endswith(ending) if suffix else ending in name)}
 
     def exists(self, shard: str, sha: str, suffix: str) -> bool:
         return self.path(shard, sha, suffix).is_file()

@@ -8,10 +8,11 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from stat import S_ISLNK, S_ISREG
 
 from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, ignoring_pattern
-from rag_pipeline.ingest.formats import Format, Head, enabled_extensions, format_of_path
+from rag_pipeline.ingest.formats import Format, Head, enabled_extensions, extension_of, format_of_path
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import Settings
 
@@ -103,15 +104,21 @@ def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | N
     fmt = format_of_path(path)
     assert fmt is not None  # walk() yields only files of an ingested type
     try:
-        # discover() walks resolved roots without following folder symlinks: only a file symlink needs resolving
-        resolved = path.resolve(strict=True) if path.is_symlink() else path
-    except (FileNotFoundError, RuntimeError) as exc:
-        raise RefusedFile(f"cannot read: broken or looping symlink ({exc.__class__.__name__})") from exc
-    if not resolved.is_relative_to(root):
-        raise RefusedFile(f"symlink points outside the root {root} (to {resolved})")
+        stat = os.lstat(path)
+    except OSError as exc:
+        raise RefusedFile(f"cannot read: {exc.strerror or exc}") from exc
+    resolved = path  # discover() walks resolved roots without following folder symlinks: only a file symlink
+    if S_ISLNK(stat.st_mode):  # needs resolving
+        try:
+            resolved = path.resolve(strict=True)
+        except (FileNotFoundError, RuntimeError) as exc:
+            raise RefusedFile(f"cannot read: broken or looping symlink ({exc.__class__.__name__})") from exc
+        if not resolved.is_relative_to(root):
+            raise RefusedFile(f"symlink points outside the root {root} (to {resolved})")
     try:
-        stat = resolved.stat()
-        if not resolved.is_file():
+        if resolved is not path:
+            stat = resolved.stat()
+        if not S_ISREG(stat.st_mode):
             raise RefusedFile("not a regular file")
         if stat.st_size == 0:
             raise RefusedFile("empty file")
@@ -179,7 +186,7 @@ def walk(root: Path, ignore: Sequence[str], extensions: Sequence[str] | None
         dirnames[:] = kept_dirs
         for name in sorted(filenames):
             rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-            suffix = Path(name).suffix.lower().lstrip(".")
+            suffix = extension_of(name)
             pattern = ignoring_pattern(rel, ignore)
             if pattern:
                 yield here / name, None, f"ignored by pattern {pattern!r} (RAG_IGNORE)"

@@ -179,7 +179,15 @@ def format_of(doc_type: str) -> Format:
 
 def format_of_path(path: Path | str) -> Format | None:
     """The format a file's extension names (None: not a type that is ingested)."""
-    return BY_EXTENSION.get(Path(path).suffix.lower().lstrip("."))
+    return BY_EXTENSION.get(extension_of(str(path)))
+
+
+def extension_of(name: str) -> str:
+    """A file name's or path's extension, lower case, without the dot: pathlib's `suffix` rule, without building a
+    Path (discovery asks it of every file)."""
+    base = name.rsplit("/", 1)[-1]
+    dot = base.rfind(".")
+    return base[dot + 1:].lower() if 0 < dot < len(base) - 1 else ""
 
 
 def enabled_extensions(configured: Iterable[str] | None) -> set[str]:
