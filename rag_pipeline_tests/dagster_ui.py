@@ -380,10 +380,12 @@ class Page:
         raise AssertionError(f"no table with header {header} on {self.url}; table headers shown:\n{shown}")
 
     def metadata_value(self, key: str) -> str:
-        """The Value cell of a metadata row (the asset page's Key | Timestamp | Value table)."""
-        for row in self.table_with_header(["Key", "Timestamp", "Value"]):
-            if row and row[0] == key:
-                return row[-1]
+        """The value cell of a metadata row: the asset overview's Key | Timestamp | Value table, or a partition's
+        metadata table (Key | Value | (empty) rows under no header): the last non-empty cell after the key."""
+        for table in self.tables:
+            for row in table:
+                if len(row) >= 2 and row[0] == key:
+                    return next((cell for cell in reversed(row[1:]) if cell), "")
         raise AssertionError(f"no metadata entry {key!r} on {self.url}")
 
 
