@@ -99,29 +99,28 @@ class DocumentTables(SidecarFile):
                           "ORDER BY count(*) DESC LIMIT 1")
         return rows[0]["chunk_set"] if rows else None
 
-    def catalogued_shas(self, shards: list[str]) -> dict[str, set[str]]:
-        """shard -> documents of it whose chunk rows are stored, however they were chunked, for these shards."""
+    def _shas_by_shard(self, sql: str, params: list[Any], shards: Iterable[str] = ()) -> dict[str, set[str]]:
+        """shard -> the shas of the (shard, sha) rows `sql` returns; each of `shards` is a key, if empty."""
         by_shard: dict[str, set[str]] = {shard: set() for shard in shards}
-        for row in self._rows("SELECT DISTINCT shard, sha FROM chunks WHERE list_contains(?, shard)", [shards]):
-            by_shard[row["shard"]].add(row["sha"])
-        return by_shard
-
-    def catalogued_by_shard(self, chunk_set: str) -> dict[str, set[str]]:
-        """shard -> documents catalogued with this chunking (chunk rows stored, or zero chunks), in one query."""
-        by_shard: dict[str, set[str]] = {}
-        for row in self._rows("SELECT DISTINCT shard, sha FROM chunks WHERE chunk_set = ? UNION "
-                              "SELECT shard, sha FROM documents WHERE chunk_set = ? AND chunks = 0",
-                              [chunk_set, chunk_set]):
+        for row in self._rows(sql, params):
             by_shard.setdefault(row["shard"], set()).add(row["sha"])
         return by_shard
 
+    def catalogued_shas(self, shards: list[str]) -> dict[str, set[str]]:
+        """shard -> documents of it whose chunk rows are stored, however they were chunked, for these shards."""
+        return self._shas_by_shard("SELECT DISTINCT shard, sha FROM chunks WHERE list_contains(?, shard)", [shards],
+                                   shards)
+
+    def catalogued_by_shard(self, chunk_set: str) -> dict[str, set[str]]:
+        """shard -> documents catalogued with this chunking (chunk rows stored, or zero chunks), in one query."""
+        return self._shas_by_shard("SELECT DISTINCT shard, sha FROM chunks WHERE chunk_set = ? UNION "
+                                   "SELECT shard, sha FROM documents WHERE chunk_set = ? AND chunks = 0",
+                                   [chunk_set, chunk_set])
+
     def pending_shas(self, shards: list[str]) -> dict[str, set[str]]:
         """shard -> documents of it whose ingest has not ended (status pending), for these shards."""
-        by_shard: dict[str, set[str]] = {shard: set() for shard in shards}
-        for row in self._rows("SELECT shard, sha FROM documents WHERE list_contains(?, shard) AND status = 'pending'",
-                              [shards]):
-            by_shard[row["shard"]].add(row["sha"])
-        return by_shard
+        return self._shas_by_shard(
+            "SELECT shard, sha FROM documents WHERE list_contains(?, shard) AND status = 'pending'", [shards], shards)
 
     def replace_catalogue(self, shas: list[str], chunk_rows: list[dict[str, Any]],
                           redaction_rows: list[dict[str, Any]]) -> None:
