@@ -160,7 +160,9 @@ def launch_backfill(gql: GraphQL) -> str:
     return result["backfillId"]
 
 
-def wait_backfill(dev: DagsterDev, backfill_id: str) -> dict:
+def wait_backfill(dev: DagsterDev, backfill_id: str, *, complete: bool = True) -> dict:
+    """The backfill once it is complete, or (`complete=False`) once it has runs and every one succeeded: the
+    daemon marks a backfill complete on its next tick, up to 30 s after its last run ends."""
     gql = dev.graphql
     seen: dict = {}
 
@@ -173,13 +175,15 @@ def wait_backfill(dev: DagsterDev, backfill_id: str) -> dict:
             logs = "\n".join(run_logs(gql, run["runId"]) for run in backfill["runs"])
             raise AssertionError(f"backfill {backfill_id} is {backfill['status']} (runs: {backfill['runs']}; "
                                  f"error: {backfill['error']})\n{logs}\n{dev.log_tail(40)}")
-        return backfill if backfill["status"] in BACKFILL_DONE else None
+        runs_done = bool(backfill["runs"]) and all(run["status"] == "SUCCESS" for run in backfill["runs"])
+        return backfill if backfill["status"] in BACKFILL_DONE or (runs_done and not complete) else None
 
     def describe() -> str:
         logs = "\n".join(run_logs(gql, run["runId"]) for run in seen.get("runs", []))
         return f"last GraphQL response: {gql.last}\n{daemon_health(gql)}\n{logs}\n{dev.log_tail(40)}"
 
-    return wait_for(f"backfill {backfill_id} to complete", done, BACKFILL_TIMEOUT, 3.0, describe)
+    what = "complete" if complete else "run"
+    return wait_for(f"backfill {backfill_id} to {what}", done, BACKFILL_TIMEOUT, 2.0, describe)
 
 
 def launch_job(gql: GraphQL, repo: dict, job: str) -> str:
@@ -239,10 +243,10 @@ def test_dagster_ui_shows_the_pipeline(tmp_path: Path) -> None:
     sensor added later but the run-status one is stopped too), waits until no tick is in flight, and only then
     copies the corpus in, so every ingest run is the backfill's and the set of runs is known.
 
-    corpus_summary_after_ingest stays RUNNING, as a user would have it. It watches ingest_job runs only, and a UI
-    backfill of the assets runs as the implicit asset job (`__ASSET_JOB`), so it does not fire here: the test
-    launches corpus_summary_job itself right after the backfill, then eval_job, each once no run is active. If the
-    sensor ever does react to backfills, it adds corpus_summary_job runs, which the checks allow.
+    corpus_summary_after_ingest stays RUNNING, as a user would have it: it answers the backfill's run (the implicit
+    asset job, `__ASSET_JOB`, which materialised ingest assets) with one corpus_summary_job run. The test waits for
+    that run to succeed and only then launches eval_job (both open the embedded store, which one process at a time
+    may hold), so the set of runs is exactly the backfill's, the sensor's and the test's.
     """
     started = time.monotonic()
     phases: dict[str, float] = {}
@@ -286,7 +290,7 @@ def test_dagster_ui_shows_the_pipeline(tmp_path: Path) -> None:
         phase(f"automation as found {found}; all but {KEEP_RUNNING} stopped; corpus copied into RAG_ROOTS")
 
         backfill_id = launch_backfill(gql)
-        backfill = wait_backfill(dev, backfill_id)
+        backfill = wait_backfill(dev, backfill_id, complete=False)  # complete: checked at the end
         assert sorted(backfill["partitionNames"]) == SHARD_KEYS, gql.last
         assert backfill["numPartitions"] == len(SHARD_KEYS), gql.last
         assert {tuple(key["path"]) for key in backfill["assetSelection"]} == {(a,) for a in INGEST_ASSETS}
@@ -296,19 +300,24 @@ def test_dagster_ui_shows_the_pipeline(tmp_path: Path) -> None:
         for asset in INGEST_ASSETS:
             assert stats[asset] == {"numMaterialized": 16, "numPartitions": 16, "numFailed": 0,
                                     "numMaterializing": 0}, f"{asset}: {stats[asset]}"
-        phase(f"backfill {backfill_id} of {len(INGEST_ASSETS)} assets x 16 shards completed "
-              f"in {len(backfill['runs'])} run(s)")
+        phase(f"backfill {backfill_id} of {len(INGEST_ASSETS)} assets x 16 shards ran in "
+              f"{len(backfill['runs'])} run(s)")
 
-        # Explicit: the run-status sensor does not react to a backfill (see the docstring); launch both jobs, one
-        # after the other (both open the embedded store, which one process at a time may hold).
-        launched = {}
-        for job in ("corpus_summary_job", "eval_job"):
-            wait_until_no_run_is_active(dev)  # e.g. a corpus_summary_job the run-status sensor launched
-            launched[job] = launch_job(gql, repo, job)
-            wait_runs(dev, {job: launched[job]})
+        # The run-status sensor answers the backfill's run with a corpus_summary_job run; eval_job once it is done.
+        def sensor_run() -> dict | None:
+            return next((run for run in gql(RUNS)["runsOrError"]["results"]
+                         if run["jobName"] == "corpus_summary_job"), None)
+
+        refresh = wait_for("corpus_summary_after_ingest to launch corpus_summary_job", sensor_run, RUN_TIMEOUT, 1.0,
+                           lambda: f"{gql.last}\n{dev.log_tail(40)}")
+        assert {"key": "dagster/sensor_name", "value": "corpus_summary_after_ingest"} in refresh["tags"], refresh
+        wait_runs(dev, {"corpus_summary_job": refresh["runId"]})
+        wait_until_no_run_is_active(dev)
+        launched = {"eval_job": launch_job(gql, repo, "eval_job")}
+        wait_runs(dev, launched)
         summary_run, summary = latest_metadata(gql, "corpus_summary")
         eval_run, metrics = latest_metadata(gql, "eval_report")
-        assert eval_run == launched["eval_job"], gql.last
+        assert summary_run == refresh["runId"] and eval_run == launched["eval_job"], gql.last
         assert summary["documents"]["intValue"] == len(files), summary
         for name in EVAL_METRICS:
             assert metrics[name]["__typename"] == "FloatMetadataEntry", metrics.get(name)
@@ -318,10 +327,8 @@ def test_dagster_ui_shows_the_pipeline(tmp_path: Path) -> None:
         all_runs = gql(RUNS)["runsOrError"]["results"]
         by_job = Counter(run["jobName"] for run in all_runs)
         assert by_job["ingest_job"] == 0, f"the stopped file sensor launched runs: {all_runs}"
-        assert by_job["eval_job"] == 1, f"an eval_job run the test did not launch: {all_runs}"
-        assert set(by_job) <= {"__ASSET_JOB", "corpus_summary_job", "eval_job"}, all_runs
+        assert by_job == {"__ASSET_JOB": 1, "corpus_summary_job": 1, "eval_job": 1}, all_runs
         assert all(run["status"] == "SUCCESS" for run in all_runs), all_runs
-        assert {run["runId"]: run["jobName"] for run in all_runs}[summary_run] == "corpus_summary_job", summary_run
 
         pages: list[Page] = []
 
@@ -425,6 +432,10 @@ def test_dagster_ui_shows_the_pipeline(tmp_path: Path) -> None:
             if stable:
                 assert (stable / page.screenshot.name).stat().st_size == size
         phase(f"{len(pages)} pages rendered and checked")
+
+        completed = wait_backfill(dev, backfill_id)
+        assert {run["runId"] for run in completed["runs"]} == {run["runId"] for run in backfill["runs"]}, gql.last
+        phase(f"backfill {backfill_id} {completed['status']}")
 
     assert not dev.survivors, f"processes of dagster dev survived the shutdown: {dev.survivors}"
     phase("dagster dev stopped, no process left")
