@@ -5,6 +5,7 @@ a worker (with its time limit), RAG_CONVERT_WORKERS=1 and a one-document step to
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import threading
@@ -15,10 +16,12 @@ import pytest
 from rag_pipeline.defs import ingest_runner
 from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.ingest.convert import Outcome, conversions, convert_outcome, worker_handler
+from rag_pipeline.ingest import convert
+from rag_pipeline.ingest.convert import Outcome, conversions, conversions_ahead, convert_outcome, worker_handler
 from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.plan import docling_pending, pending_shards
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
+from rag_pipeline.serve.cli import main
 from rag_pipeline.settings import Settings
 
 from .conftest import DOCUMENTS
@@ -128,3 +131,36 @@ def test_an_ingest_with_documents_for_docling_starts_their_workers_first(
     assert ingest([root], data_dir)["added"] == 2
     assert started == [True] and not pending()  # converted: nothing left for docling
     assert ingest([root], data_dir)["added"] == 0 and started == [True]  # a no-change ingest starts no worker
+
+
+def test_the_cli_starts_the_conversion_workers_before_its_imports_when_docling_has_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    """`rag-pipeline ingest` looks (hashing nothing) for a file docling converts that is new, changed or not yet
+    converted, and then starts the workers' forkserver before it imports Dagster; a no-change ingest starts none."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "notes.md").write_text("# Notes\n\nplain text needs no docling\n")
+    settings = Settings(data_dir=data_dir)
+    assert not conversions_ahead(settings, [root])  # text alone
+    page = root / "page.html"
+    page.write_text("<html><body><h1>Page</h1><p>Converted by docling.</p></body></html>")
+    assert conversions_ahead(settings, [root])  # never scanned
+
+    started: list[str] = []
+    monkeypatch.setattr(convert, "start_conversion_workers", lambda: started.append("cli"))
+    monkeypatch.setattr(ingest_runner, "start_conversion_workers", lambda: started.append("runner"))
+
+    def cli_ingest() -> dict:
+        assert main(["ingest", str(root), "--data-dir", str(data_dir), "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    assert cli_ingest()["added"] == 2 and started == ["cli", "runner"]
+    assert not conversions_ahead(settings, [root])  # scanned and converted
+    started.clear()
+    assert cli_ingest()["added"] == 0 and started == []
+    page.write_text("<html><body><h1>Page</h1><p>Edited: converted again.</p></body></html>")
+    assert conversions_ahead(settings, [root])  # changed since the scan
+    (root / "ignored.pdf").write_bytes(b"%PDF-1.4 never converted")
+    monkeypatch.setenv("RAG_IGNORE", "ignored.pdf")
+    page.unlink()
+    assert not conversions_ahead(Settings(data_dir=data_dir), [root])  # what discovery ignores is no work

@@ -18,7 +18,8 @@ from tqdm import tqdm
 from rag_pipeline.cpu import usable_cores
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
 from rag_pipeline.ingest.converters import ConversionError, ConvertedDocument, DocumentConverter, PdfPipeline
-from rag_pipeline.ingest.formats import format_of
+from rag_pipeline.ingest.discover import dedupe_roots, load_hash_cache, walk
+from rag_pipeline.ingest.formats import format_of, format_of_path
 from rag_pipeline.ingest.limits import ConversionLimits
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool, start_forkserver
@@ -56,6 +57,29 @@ def worker_handler(pdf_pipeline: PdfPipeline, limits: ConversionLimits | None = 
     """A conversion worker's handler: one converter for the worker's life, (path, doc_type) in, Outcome out."""
     converter = DocumentConverter(pdf_pipeline, limits)
     return lambda job: convert_outcome(converter, *job)
+
+
+def conversions_ahead(settings: Settings, roots: Iterable[Path | str]) -> bool:
+    """Whether a file under `roots` that docling converts is new or changed since the last scan, or has neither
+    Markdown nor a recorded failure yet. A look that hashes nothing, so that the CLI can start the conversion
+    workers before its own imports: a wrong guess costs an idle forkserver or a later start, never a result."""
+    cache, markdown = load_hash_cache(settings), stores(settings)["markdown"]
+    for root in dedupe_roots(roots):
+        for path, refusal, exclusion in walk(root, settings.ignore, settings.extensions):
+            fmt = format_of_path(path)
+            if refusal or exclusion or fmt is None or not fmt.uses_docling:
+                continue
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            size, mtime_ns, sha = cache.get(str(path), (None, None, ""))
+            if (size, mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+                return True
+            shard = settings.shard_of(sha)
+            if not (markdown.exists(shard, sha, "md") or markdown.exists(shard, sha, "error.json")):
+                return True
+    return False
 
 
 def start_conversion_workers() -> None:

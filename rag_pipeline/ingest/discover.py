@@ -77,6 +77,7 @@ def document_sources(files: Iterable[SourceFile]) -> list[str]:
 
 # Cache of (size, mtime_ns) -> sha per resolved path, so unchanged files are not re-hashed.
 HashCache = dict[str, tuple[int, int, str]]
+HASH_CACHE = "hash_cache.json"  # in the data dir
 
 
 class RefusedFile(InputError):
@@ -247,6 +248,14 @@ def discover_configured(settings: Settings, roots: Sequence[str | Path] | None =
     return discover_sources(settings, [spec], save_cache=save_cache, require_roots=False)[DEFAULT_SOURCE]
 
 
+def load_hash_cache(settings: Settings) -> HashCache:
+    """The data dir's hash cache as the last scan left it (empty before the first)."""
+    cache_path = settings.data_dir / HASH_CACHE
+    if not cache_path.is_file():
+        return {}
+    return {path: tuple(entry) for path, entry in json.loads(cache_path.read_text()).items()}
+
+
 def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_cache: bool = True,
                      require_roots: bool = True) -> dict[str, Manifest]:
     """Each source's manifest: its roots under the configured ignore patterns, extensions and size limit and the
@@ -254,10 +263,8 @@ def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_ca
     data dir, updated unless `save_cache` is False: a dry run writes nothing). An upload area's folder is created
     when missing. With `require_roots`, a root that is not a folder (unmounted, moved) raises ConfigError before
     anything is synced: an empty scan of it would purge the source's documents."""
-    cache_path = settings.data_dir / "hash_cache.json"
-    cache: HashCache = {}
-    if cache_path.is_file():
-        cache = {path: tuple(entry) for path, entry in json.loads(cache_path.read_text()).items()}
+    cache_path = settings.data_dir / HASH_CACHE
+    cache = load_hash_cache(settings)
     manifests = {}
     for spec in specs:
         if spec.uploads:

@@ -26,9 +26,13 @@ def check_roots(roots: list[str]) -> None:
 
 def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
     """Discover, diff by SHA and materialise the changed shards through Dagster in this process."""
-    from rag_pipeline.defs.ingest_runner import ingest
+    from rag_pipeline.ingest.convert import conversions_ahead, start_conversion_workers
 
     check_roots(args.roots)
+    if conversions_ahead(settings, args.roots or settings.roots):
+        start_conversion_workers()  # its import of docling (~3 s of a core) overlaps Dagster's and the discovery
+    from rag_pipeline.defs.ingest_runner import ingest
+
     summary = ingest(args.roots, settings.data_dir, source=args.source, progress=True, add_roots=not args.replace)
     if args.json:
         print(json.dumps(summary))
