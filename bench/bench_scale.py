@@ -6,7 +6,12 @@ steps whose writes are serialised (raw_documents, vector_index, metadata_sidecar
 while no worker runs). Prints docs/s per count and the ratio of the largest count's docs/s to one worker's; --json
 writes {"ratio": ..., "runs": [...]}. The ONNX export of the model is made once beforehand, outside the timings.
 
+With --sidecar-url (a PostgreSQL server's postgresql://user:password@host:port/db, a user that may create
+databases), every run gets a fresh database of its own on that server as its sidecar (RAG_SIDECAR_URL), dropped
+afterwards; without it, each run's sidecar is DuckDB in its data dir.
+
     .venv/bin/python bench/bench_scale.py [--workers 1,2] [--limit N] [--corpus FILE] [--work DIR] [--json PATH]
+        [--sidecar-url URL]
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from bench_ingest import CORPUS, write_corpus
 
@@ -35,13 +43,40 @@ def ingest_once(corpus: Path, data_dir: Path) -> None:
     print(json.dumps({"wall": time.perf_counter() - started, "summary": summary}))
 
 
-def timed_ingest(corpus: Path, data_dir: Path, workers: int, environment: dict[str, str]) -> dict:
+@contextmanager
+def fresh_database(server_url: str | None, name: str) -> Iterator[dict[str, str]]:
+    """The environment of a run's sidecar: a new database `name` on the PostgreSQL server at `server_url`, dropped
+    on exit; none (DuckDB in the data dir) without a server."""
+    if server_url is None:
+        yield {}
+        return
+    import psycopg2
+
+    def admin(statement: str) -> None:
+        connection = psycopg2.connect(server_url)
+        connection.autocommit = True  # CREATE/DROP DATABASE cannot run in a transaction
+        try:
+            connection.cursor().execute(statement)
+        finally:
+            connection.close()
+
+    admin(f"DROP DATABASE IF EXISTS {name}")
+    admin(f"CREATE DATABASE {name}")
+    try:
+        yield {"RAG_SIDECAR_URL": urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))}
+    finally:
+        admin(f"DROP DATABASE IF EXISTS {name}")
+
+
+def timed_ingest(corpus: Path, data_dir: Path, workers: int, environment: dict[str, str],
+                 sidecar_url: str | None = None) -> dict:
     """An ingest with `workers` shard workers on cores 0..workers-1, in a subprocess: its figures."""
     shutil.rmtree(data_dir, ignore_errors=True)
     cores = ",".join(str(core) for core in range(workers))
     command = ["taskset", "-c", cores, sys.executable, __file__, "--ingest-once", str(corpus), str(data_dir)]
-    output = subprocess.run(command, env={**environment, "RAG_INGEST_WORKERS": str(workers)}, check=True,
-                            capture_output=True, text=True).stdout
+    with fresh_database(sidecar_url, f"bench_scale_{data_dir.name}") as sidecar:
+        output = subprocess.run(command, env={**environment, **sidecar, "RAG_INGEST_WORKERS": str(workers)},
+                                check=True, capture_output=True, text=True).stdout
     result = json.loads(output.strip().splitlines()[-1])
     summary, wall = result["summary"], result["wall"]
     if summary["failed"]:
@@ -60,6 +95,9 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=CORPUS, help=f"SciFact's corpus.jsonl (default: {CORPUS})")
     parser.add_argument("--work", type=Path, default=None, help="work directory (default: a temporary one)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file")
+    parser.add_argument("--sidecar-url", default=None, metavar="URL",
+                        help="a PostgreSQL server (postgresql://user:password@host:port/db): each run's sidecar is a "
+                             "fresh database there (default: DuckDB in the run's data dir)")
     parser.add_argument("--ingest-once", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ingest_once:
@@ -79,10 +117,12 @@ def main() -> None:
     write_corpus(warm / "corpus", 5, args.corpus)
     timed_ingest(warm / "corpus", warm / "data", 1, environment)
 
-    print(f"documents {documents}, load average {os.getloadavg()[0]:.2f} (1 min) at the start")
+    print(f"documents {documents}, sidecar {'PostgreSQL' if args.sidecar_url else 'DuckDB'}, "
+          f"load average {os.getloadavg()[0]:.2f} (1 min) at the start")
     runs = []
     for workers in counts:
-        run = timed_ingest(corpus, work / f"data_{workers}", workers, environment)
+        run = timed_ingest(corpus, work / f"data_{workers}", workers, environment, args.sidecar_url)
+        run["sidecar"] = "postgresql" if args.sidecar_url else "duckdb"
         run["load_average"] = round(os.getloadavg()[0], 2)
         runs.append(run)
         print(f"{workers} worker(s) on cores {run['cores']:5}  {run['docs_per_s']:7.2f} docs/s  "
