@@ -4,10 +4,13 @@ a worker (with its time limit), RAG_CONVERT_WORKERS=1 and a one-document step to
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from rag_pipeline.ingest.converters import DocumentConverter
 from rag_pipeline.ingest.plan import docling_pending, pending_shards
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool
 from rag_pipeline.serve.cli import main
+from rag_pipeline.serve.cli.corpus import start_conversions_early
 from rag_pipeline.settings import Settings
 
 from .conftest import DOCUMENTS
@@ -134,14 +138,18 @@ def test_an_ingest_with_documents_for_docling_starts_their_workers_first(
 
 
 def test_the_cli_starts_the_conversion_workers_before_its_imports_when_docling_has_work(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_dir: Path, capsys: pytest.CaptureFixture) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data_dir: Path, capsys: pytest.CaptureFixture,
+        caplog: pytest.LogCaptureFixture) -> None:
     """`rag-pipeline ingest` looks (hashing nothing) for a file docling converts that is new, changed or not yet
-    converted, and then starts the workers' forkserver before it imports Dagster; a no-change ingest starts none."""
+    converted, and then starts the workers' forkserver before it imports Dagster; a no-change ingest starts none,
+    and neither do files discovery refuses or ignores."""
     root = tmp_path / "docs"
     root.mkdir()
     (root / "notes.md").write_text("# Notes\n\nplain text needs no docling\n")
     settings = Settings(data_dir=data_dir)
     assert not conversions_ahead(settings, [root])  # text alone
+    (root / "empty.pdf").write_bytes(b"")
+    assert not conversions_ahead(settings, [root])  # refused by discovery (an empty file)
     page = root / "page.html"
     page.write_text("<html><body><h1>Page</h1><p>Converted by docling.</p></body></html>")
     assert conversions_ahead(settings, [root])  # never scanned
@@ -156,11 +164,50 @@ def test_the_cli_starts_the_conversion_workers_before_its_imports_when_docling_h
 
     assert cli_ingest()["added"] == 2 and started == ["cli", "runner"]
     assert not conversions_ahead(settings, [root])  # scanned and converted
+    (root / "link.html").symlink_to(page)  # the cache knows a file symlink by its target
+    assert not conversions_ahead(settings, [root])
     started.clear()
     assert cli_ingest()["added"] == 0 and started == []
+
+    (data_dir / "hash_cache.json").write_text('{"truncated": [1, ')  # a kill mid-write, before writes were atomic
+    assert conversions_ahead(settings, [root])  # nothing known: a guess
+    assert cli_ingest()["added"] == 0 and started == ["cli"]  # discovery hashes again and finds nothing new
+    assert "hash_cache.json is unreadable" in caplog.text
+    assert not conversions_ahead(settings, [root])  # the scan wrote a whole cache again
+
     page.write_text("<html><body><h1>Page</h1><p>Edited: converted again.</p></body></html>")
     assert conversions_ahead(settings, [root])  # changed since the scan
+    two_workers = argparse.Namespace(roots=[str(root)], source=None)
+    assert not start_conversions_early(two_workers, Settings(data_dir=data_dir, ingest_workers=2))
+    started.clear()
+    assert start_conversions_early(two_workers, settings) and started == ["cli"]
     (root / "ignored.pdf").write_bytes(b"%PDF-1.4 never converted")
     monkeypatch.setenv("RAG_IGNORE", "ignored.pdf")
     page.unlink()
+    (root / "link.html").unlink()
     assert not conversions_ahead(Settings(data_dir=data_dir), [root])  # what discovery ignores is no work
+
+
+def test_the_cli_looks_for_conversions_before_importing_dagster(tmp_path: Path) -> None:
+    """In a fresh interpreter: the CLI's early start happens while Dagster is not imported yet."""
+    root = tmp_path / "docs"
+    root.mkdir()
+    (root / "page.html").write_text("<html><body><h1>Page</h1></body></html>")
+    script = f"""
+import sys
+from rag_pipeline.ingest import convert
+class Stop(Exception):
+    pass
+def start():
+    print(["dagster" in sys.modules])
+    raise Stop
+convert.start_conversion_workers = start
+from rag_pipeline.serve.cli import main
+try:
+    main(["ingest", {str(root)!r}, "--data-dir", {str(tmp_path / "data")!r}])
+except Stop:
+    pass
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.stdout.strip().splitlines()[-1:] == ["[False]"], done.stdout + done.stderr

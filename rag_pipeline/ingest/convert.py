@@ -8,6 +8,7 @@ records why and never stops the others. The title reaches the sidecar through th
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -61,23 +62,30 @@ def worker_handler(pdf_pipeline: PdfPipeline, limits: ConversionLimits | None = 
 
 def conversions_ahead(settings: Settings, roots: Iterable[Path | str]) -> bool:
     """Whether a file under `roots` that docling converts is new or changed since the last scan, or has neither
-    Markdown nor a recorded failure yet. A look that hashes nothing, so that the CLI can start the conversion
-    workers before its own imports: a wrong guess costs an idle forkserver or a later start, never a result."""
-    cache, markdown = load_hash_cache(settings), stores(settings)["markdown"]
+    Markdown nor a recorded outcome yet. A look that hashes nothing, so that the CLI can start the conversion
+    workers before its own imports: a wrong guess (a file discovery will refuse or a corpus rule exclude, a hash
+    cache it cannot read) costs an idle forkserver or a later start, never a result."""
+    try:
+        cache = load_hash_cache(settings)
+    except OSError:
+        return True  # discovery reports it
+    markdown = stores(settings)["markdown"]
     for root in dedupe_roots(roots):
         for path, refusal, exclusion in walk(root, settings.ignore, settings.extensions):
             fmt = format_of_path(path)
             if refusal or exclusion or fmt is None or not fmt.uses_docling:
                 continue
             try:
-                stat = path.stat()
+                stat = path.stat()  # a file symlink's target, which the cache is keyed by
             except OSError:
                 continue
-            size, mtime_ns, sha = cache.get(str(path), (None, None, ""))
+            if not 0 < stat.st_size <= settings.max_file_bytes:
+                continue  # refused by discovery
+            size, mtime_ns, sha = cache.get(os.path.realpath(path), (None, None, ""))
             if (size, mtime_ns) != (stat.st_size, stat.st_mtime_ns):
                 return True
             shard = settings.shard_of(sha)
-            if not (markdown.exists(shard, sha, "md") or markdown.exists(shard, sha, "error.json")):
+            if not any(markdown.exists(shard, sha, suffix) for suffix in ("md", "error.json", DROPPED)):
                 return True
     return False
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -15,6 +16,8 @@ from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, igno
 from rag_pipeline.ingest.formats import Format, Head, enabled_extensions, extension_of, format_of_path
 from rag_pipeline.ingest.sources import DEFAULT_SOURCE, SourceSpec
 from rag_pipeline.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -253,7 +256,12 @@ def load_hash_cache(settings: Settings) -> HashCache:
     cache_path = settings.data_dir / HASH_CACHE
     if not cache_path.is_file():
         return {}
-    return {path: tuple(entry) for path, entry in json.loads(cache_path.read_text()).items()}
+    try:
+        return {path: (int(size), int(mtime_ns), str(sha))
+                for path, (size, mtime_ns, sha) in json.loads(cache_path.read_text()).items()}
+    except (ValueError, TypeError, AttributeError) as error:  # a cache: rebuilt by this scan
+        logger.warning("%s is unreadable (%s): every file is hashed again", cache_path, error)
+        return {}
 
 
 def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_cache: bool = True,
@@ -284,5 +292,7 @@ def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_ca
         kept = {path: entry for path, entry in cache.items()  # other sources' entries stay
                 if path in live or not path.startswith(walked)}
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        cache_path.write_text(json.dumps(kept))
+        temporary = cache_path.with_name(f".{HASH_CACHE}.{os.getpid()}")
+        temporary.write_text(json.dumps(kept))
+        os.replace(temporary, cache_path)  # a kill mid-write leaves the previous cache, not half of one
     return manifests

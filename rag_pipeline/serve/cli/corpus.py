@@ -7,15 +7,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rag_pipeline.chat.citation_text import named_place
 from rag_pipeline.errors import InputError
 from rag_pipeline.serve.cli.data_dir import require_data_dir
 from rag_pipeline.settings import Settings
-
-if TYPE_CHECKING:
-    pass
 
 
 def check_roots(roots: list[str]) -> None:
@@ -24,13 +21,23 @@ def check_roots(roots: list[str]) -> None:
         raise InputError(f"not a directory: {', '.join(missing)}")
 
 
-def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
-    """Discover, diff by SHA and materialise the changed shards through Dagster in this process."""
+def start_conversions_early(args: argparse.Namespace, settings: Settings) -> bool:
+    """Start docling's conversion workers now when the folders hold work for them, before Dagster is imported: their
+    import of docling (~3 s of a core) then overlaps Dagster's and the discovery. Not with shard workers
+    (RAG_INGEST_WORKERS > 1): they need this process's forkserver for their own preload."""
     from rag_pipeline.ingest.convert import conversions_ahead, start_conversion_workers
 
+    roots = args.roots or ([] if args.source else settings.roots)  # a named source's roots are in the sidecar
+    if settings.ingest_workers > 1 or not conversions_ahead(settings, roots):
+        return False
+    start_conversion_workers()
+    return True
+
+
+def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
+    """Discover, diff by SHA and materialise the changed shards through Dagster in this process."""
     check_roots(args.roots)
-    if conversions_ahead(settings, args.roots or settings.roots):
-        start_conversion_workers()  # its import of docling (~3 s of a core) overlaps Dagster's and the discovery
+    start_conversions_early(args, settings)
     from rag_pipeline.defs.ingest_runner import ingest
 
     summary = ingest(args.roots, settings.data_dir, source=args.source, progress=True, add_roots=not args.replace)
