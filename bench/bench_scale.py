@@ -51,21 +51,22 @@ def fresh_database(server_url: str | None, name: str) -> Iterator[dict[str, str]
         yield {}
         return
     import psycopg2
+    from psycopg2 import sql
 
     def admin(statement: str) -> None:
         connection = psycopg2.connect(server_url)
         connection.autocommit = True  # CREATE/DROP DATABASE cannot run in a transaction
         try:
-            connection.cursor().execute(statement)
+            connection.cursor().execute(sql.SQL(statement).format(sql.Identifier(name)))
         finally:
             connection.close()
 
-    admin(f"DROP DATABASE IF EXISTS {name}")
-    admin(f"CREATE DATABASE {name}")
+    admin("DROP DATABASE IF EXISTS {}")
+    admin("CREATE DATABASE {}")
     try:
         yield {"RAG_SIDECAR_URL": urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))}
     finally:
-        admin(f"DROP DATABASE IF EXISTS {name}")
+        admin("DROP DATABASE IF EXISTS {}")
 
 
 def timed_ingest(corpus: Path, data_dir: Path, workers: int, environment: dict[str, str],
@@ -74,7 +75,7 @@ def timed_ingest(corpus: Path, data_dir: Path, workers: int, environment: dict[s
     shutil.rmtree(data_dir, ignore_errors=True)
     cores = ",".join(str(core) for core in range(workers))
     command = ["taskset", "-c", cores, sys.executable, __file__, "--ingest-once", str(corpus), str(data_dir)]
-    with fresh_database(sidecar_url, f"bench_scale_{data_dir.name}") as sidecar:
+    with fresh_database(sidecar_url, f"bench_scale_{os.getpid()}_{data_dir.name}") as sidecar:
         output = subprocess.run(command, env={**environment, **sidecar, "RAG_INGEST_WORKERS": str(workers)},
                                 check=True, capture_output=True, text=True).stdout
     result = json.loads(output.strip().splitlines()[-1])
@@ -111,7 +112,8 @@ def main() -> None:
     corpus = work / "scifact"
     shutil.rmtree(corpus, ignore_errors=True)
     documents = write_corpus(corpus, args.limit, args.corpus)
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    environment = {**{key: value for key, value in os.environ.items() if key != "RAG_SIDECAR_URL"},  # --sidecar-url
+                   "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                    "RAG_ONNX_CACHE_DIR": os.environ.get("RAG_ONNX_CACHE_DIR", str(work / "onnx"))}
     warm = work / "warm"  # the ONNX export, made once and outside the timings
     write_corpus(warm / "corpus", 5, args.corpus)
