@@ -2,7 +2,8 @@
 
 `dagster dev` runs from the repository (`workspace.yaml`, a copy of `dagster.yaml` in a fresh DAGSTER_HOME) over
 a copy of the sample corpus. Through the UI's own GraphQL API the test backfills every shard partition of the
-seven ingest assets, materialises `corpus_summary` and `eval_report`, then headless Chromium renders the asset
+seven ingest assets, waits for the corpus-summary sensor to materialise `corpus_summary`, materialises
+`eval_report`, then headless Chromium renders the asset
 graph and the pages of vector_index (its shard partitions), markdown_documents (a shard's documents table),
 corpus_summary (documents by type) and eval_report (the metrics), and the rendered DOM is checked against the
 corpus itself. Screenshots go to `<tmp_path>/screenshots` and, when `$RAG_UI_SCREENSHOTS` is set, to that folder.
@@ -120,7 +121,8 @@ KEEP_RUNNING = "corpus_summary_after_ingest"
 def stop_automation(dev: DagsterDev, repo: dict) -> dict[str, str]:
     """Keep the run set deterministic (see the test's docstring): stop source_files_sensor, every schedule
     (nightly_eval) and any other sensor but the run-status sensor, then wait until no tick of a stopped sensor is
-    still in flight. Returns the instigators' states as found (name -> status)."""
+    still in flight and the run-status sensor has ticked once. Returns the instigators' states as found (name ->
+    status)."""
     gql = dev.graphql
     data = gql(INSTIGATORS, {"repo": repo})
     assert data["sensorsOrError"]["__typename"] == "Sensors", gql.last
@@ -149,6 +151,15 @@ def stop_automation(dev: DagsterDev, repo: dict) -> dict[str, str]:
         return all(not state["ticks"] or state["ticks"][0]["status"] != "STARTED" for state in stopped.values())
 
     wait_for("the last source_files_sensor tick to finish", no_tick_in_flight, 60, 1.0, lambda: gql.last)
+
+    # The run-status sensor's first tick sets its cursor at the latest run to finish: only runs that end after it
+    # are answered, so the backfill starts once that tick is done.
+    def cursor_set() -> bool:
+        now = {s["name"]: s["sensorState"] for s in gql(INSTIGATORS, {"repo": repo})["sensorsOrError"]["results"]}
+        ticks = now[KEEP_RUNNING]["ticks"]
+        return bool(ticks) and ticks[0]["status"] != "STARTED"
+
+    wait_for(f"the first tick of {KEEP_RUNNING}", cursor_set, 120, 1.0, lambda: gql.last)
     return found
 
 
@@ -294,7 +305,6 @@ def test_dagster_ui_shows_the_pipeline(tmp_path: Path) -> None:
         assert sorted(backfill["partitionNames"]) == SHARD_KEYS, gql.last
         assert backfill["numPartitions"] == len(SHARD_KEYS), gql.last
         assert {tuple(key["path"]) for key in backfill["assetSelection"]} == {(a,) for a in INGEST_ASSETS}
-        assert backfill["runs"] and all(run["status"] == "SUCCESS" for run in backfill["runs"]), gql.last
         nodes = gql(PARTITION_STATS, {"keys": [{"path": [a]} for a in INGEST_ASSETS]})["assetNodes"]
         stats = {node["assetKey"]["path"][0]: node["partitionStats"] for node in nodes}
         for asset in INGEST_ASSETS:

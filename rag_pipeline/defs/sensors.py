@@ -83,6 +83,7 @@ INGEST_KEYS = {asset.key for asset in INGEST_ASSETS}
     run_status=dg.DagsterRunStatus.SUCCESS,
     request_job=corpus_summary_job,
     default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=10,  # queries switch to a finished generation within ~10 s (Dagster's default: 30)
 )
 def corpus_summary_after_ingest(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
     """Every successful run that materialised ingest assets (the sensor's ingest_job runs, and backfills or
