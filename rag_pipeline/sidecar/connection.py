@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pandas as pd
 
 from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.sidecar import postgres
@@ -69,6 +68,8 @@ def insert_rows(con: Connection, table: str, columns: Sequence[str], rows: Seque
         con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) VALUES "
                     f"({', '.join('?' * len(columns))})", values)
         return
+    import pandas as pd  # here: every command and server start would pay its import (~0.25 s) for writes alone
+
     con.register("incoming", pd.DataFrame(list(rows), columns=list(columns), dtype=object))
     con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) SELECT {names} FROM incoming")
     con.unregister("incoming")
