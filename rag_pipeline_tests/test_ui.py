@@ -144,9 +144,11 @@ def stop_automation(dev: DagsterDev, repo: dict) -> dict[str, str]:
     # A tick the daemon began before the stop may still be evaluating (over the still empty roots): let it end.
     time.sleep(2)
 
+    def sensor_states() -> dict[str, dict]:
+        return {s["name"]: s["sensorState"] for s in gql(INSTIGATORS, {"repo": repo})["sensorsOrError"]["results"]}
+
     def no_tick_in_flight() -> bool:
-        now = {s["name"]: s["sensorState"] for s in gql(INSTIGATORS, {"repo": repo})["sensorsOrError"]["results"]}
-        stopped = {name: state for name, state in now.items() if name != KEEP_RUNNING}
+        stopped = {name: state for name, state in sensor_states().items() if name != KEEP_RUNNING}
         assert all(state["status"] == "STOPPED" for state in stopped.values()), gql.last
         return all(not state["ticks"] or state["ticks"][0]["status"] != "STARTED" for state in stopped.values())
 
@@ -155,8 +157,7 @@ def stop_automation(dev: DagsterDev, repo: dict) -> dict[str, str]:
     # The run-status sensor's first tick sets its cursor at the latest run to finish: only runs that end after it
     # are answered, so the backfill starts once that tick is done.
     def cursor_set() -> bool:
-        now = {s["name"]: s["sensorState"] for s in gql(INSTIGATORS, {"repo": repo})["sensorsOrError"]["results"]}
-        ticks = now[KEEP_RUNNING]["ticks"]
+        ticks = sensor_states()[KEEP_RUNNING]["ticks"]
         return bool(ticks) and ticks[0]["status"] != "STARTED"
 
     wait_for(f"the first tick of {KEEP_RUNNING}", cursor_set, 120, 1.0, lambda: gql.last)

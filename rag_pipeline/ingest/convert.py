@@ -32,6 +32,9 @@ from rag_pipeline.sidecar import Sidecar
 # core) once per process, as this process would have; each step's workers build docling's pipelines again
 # (~0.3-0.5 s a step, measured with bench/bench_convert.py).
 PRELOAD = ["__main__", "rag_pipeline.ingest.convert", "docling.document_converter"]
+# The artifacts that end a document's conversion: its Markdown, its recorded failure, or Markdown dropped after
+# redaction withheld it.
+CONVERTED = ("md", "error.json", DROPPED)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def conversions_ahead(settings: Settings, roots: Iterable[Path | str]) -> bool:
             if (size, mtime_ns) != (stat.st_size, stat.st_mtime_ns):
                 return True
             shard = settings.shard_of(sha)
-            if not any(markdown.exists(shard, sha, suffix) for suffix in ("md", "error.json", DROPPED)):
+            if not any(markdown.exists(shard, sha, suffix) for suffix in CONVERTED):
                 return True
     return False
 
@@ -125,7 +128,7 @@ def sync_markdown(
     report = StageReport("markdown", sorted(shards))
     raw, markdown = stores(settings)["raw"], stores(settings)["markdown"]
     def complete(shard: str) -> set[str]:  # <sha>.md is written last: a kill before it leaves the document to redo
-        return markdown.shas(shard, "md") | markdown.shas(shard, "error.json") | markdown.shas(shard, DROPPED)
+        return set().union(*(markdown.shas(shard, suffix) for suffix in CONVERTED))
 
     todo = reconcile(report, raw.shas, complete, markdown)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
