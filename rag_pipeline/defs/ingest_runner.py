@@ -114,9 +114,12 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
     )
     settings = rag.settings
     with exclusive_ingest(settings.data_dir), held_store(rag):
-        if forget is not None:
-            forget_source(settings, rag.sidecar(), forget)
-        return locked_ingest(rag, started)
+        try:
+            if forget is not None:
+                forget_source(settings, rag.sidecar(), forget)
+            return locked_ingest(rag, started)
+        finally:
+            rag.sidecar().release()  # the next process to take ingest.lock finds the sidecar free
 
 
 def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:

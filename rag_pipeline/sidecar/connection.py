@@ -1,13 +1,14 @@
 """Connections to the sidecar: its DuckDB file (the default), or a PostgreSQL server when its location is a
 postgresql:// URL (postgres.py).
 
-DuckDB allows one writer process at a time, so every operation opens its own short-lived connection and retries
-briefly when another process holds the file lock (or another thread of this one is opening or closing the file:
-the API's threads read it while an ingest writes it).
+DuckDB allows one writer process at a time, so every operation takes its own short-lived connection (a write's is
+a cursor of one the process keeps open for a moment: ModeGate) and retries briefly when another process holds the file lock (or
+another thread of this one is opening or closing the file: the API's threads read it while an ingest writes it).
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,6 +25,9 @@ from rag_pipeline.sidecar import postgres
 LOCK_RETRY_SECONDS = 10.0
 READ_ONLY_CONFIG = {"enable_external_access": False, "lock_configuration": True, "threads": 1, "max_memory": "512MB"}
 READ_ONLY_WAIT_SECONDS = 5.0
+KEEP_OPEN_SECONDS = 0.1  # how long a process keeps the file open for writes after its last connection (ModeGate)
+KEEP_AT_MOST_SECONDS = 1.0  # and for how long at most, before it lets the file go at the next idle moment
+READ_WRITE, READ_ONLY = "read-write", "read-only"
 
 
 Connection = duckdb.DuckDBPyConnection | postgres.PostgresConnection
@@ -76,9 +80,18 @@ def insert_rows(con: Connection, table: str, columns: Sequence[str], rows: Seque
 
 
 class ModeGate:
-    """Connections of one process to one DuckDB file all need the same configuration (DuckDB refuses to open a
-    file twice with different ones), so read-write and read-only connections take turns: any number of one mode
-    at a time; a mode that is waiting stops new connections of the other mode (neither starves)."""
+    """The connections of one process to one DuckDB file.
+
+    They all need the same configuration (DuckDB refuses to open a file twice with different ones), so read-write
+    and read-only connections take turns: any number of one mode at a time; a mode that is waiting stops new
+    connections of the other mode (neither starves).
+
+    A read-write connection is a cursor of one kept connection, which holds the file's database instance: DuckDB
+    starts an instance in ~15 ms and a cursor in microseconds, and a writer's burst of sidecar calls (an ingest
+    step's bookkeeping, say) opens dozens. The kept connection closes once no connection has been open for
+    KEEP_OPEN_SECONDS, at the first idle moment after KEEP_AT_MOST_SECONDS, or at once when read-only connections
+    are due; so another process waits at most about that long for the file. Read-only connections (a server's
+    stream of reads) are opened and closed each time, leaving the file free between them for an ingest elsewhere."""
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
@@ -86,15 +99,33 @@ class ModeGate:
         self._open = 0
         self._waiting: dict[str, int] = {}
         self._local = threading.local()  # the mode this thread holds
+        self._opening = threading.Lock()  # one thread opens the kept connection; the others take cursors of it
+        self._kept: duckdb.DuckDBPyConnection | None = None
+        self._kept_since = self._idle_since = 0.0
+        self._closer: threading.Timer | None = None
 
     @contextmanager
-    def hold(self, mode: str, timeout: float, path: Path) -> Iterator[None]:
+    def connection(self, mode: str, timeout: float, path: Path,
+                   opener: Callable[[], duckdb.DuckDBPyConnection]) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection of `mode` (READ_WRITE or READ_ONLY) that `opener` opens, waiting up to `timeout` s for the
+        other mode's connections to close."""
         held = getattr(self._local, "mode", None)
         if held is not None:  # this thread holds the gate already: nest in the same mode only
             if held != mode:
                 raise RuntimeError(f"a {mode} connection to {path} opened inside a {held} one")
-            yield
+            with self._opened(mode, timeout, path, opener) as con:
+                yield con
             return
+        self._enter(mode, timeout, path)
+        self._local.mode = mode
+        try:
+            with self._opened(mode, timeout, path, opener) as con:
+                yield con
+        finally:
+            self._local.mode = None
+            self._leave()
+
+    def _enter(self, mode: str, timeout: float, path: Path) -> None:
         deadline = time.monotonic() + timeout
         with self._condition:
             self._waiting[mode] = self._waiting.get(mode, 0) + 1
@@ -105,15 +136,63 @@ class ModeGate:
                         raise StoreUnavailable(f"the metadata sidecar {path} stayed busy for {timeout:g} s")
             finally:
                 self._waiting[mode] -= 1
+            if mode != READ_WRITE:
+                self._close_kept()
             self._mode, self._open = mode, self._open + 1
-        self._local.mode = mode
+
+    def _leave(self) -> None:
+        with self._condition:
+            self._open -= 1
+            if self._open == 0 and self._kept is not None:
+                self._idle_since = time.monotonic()
+                if self._idle_since - self._kept_since > KEEP_AT_MOST_SECONDS:
+                    self._close_kept()
+                elif self._closer is None:
+                    self._arm_closer(KEEP_OPEN_SECONDS)
+            self._condition.notify_all()
+
+    @contextmanager
+    def _opened(self, mode: str, timeout: float, path: Path,
+                opener: Callable[[], duckdb.DuckDBPyConnection]) -> Iterator[duckdb.DuckDBPyConnection]:
+        if mode != READ_WRITE:
+            con = open_retrying(opener, path, timeout)
+        else:
+            with self._opening:
+                if self._kept is None:
+                    self._kept, self._kept_since = open_retrying(opener, path, timeout), time.monotonic()
+                con = self._kept.cursor()
         try:
-            yield
+            yield con
         finally:
-            self._local.mode = None
-            with self._condition:
-                self._open -= 1
-                self._condition.notify_all()
+            con.close()
+
+    def _arm_closer(self, delay: float) -> None:
+        self._closer = threading.Timer(delay, self._close_when_idle)
+        self._closer.daemon = True
+        self._closer.start()
+
+    def _close_when_idle(self) -> None:
+        with self._condition:
+            self._closer = None
+            if self._open or self._kept is None:
+                return  # in use again: the next time it is idle arms the closer
+            left = self._idle_since + KEEP_OPEN_SECONDS - time.monotonic()
+            if left > 0:
+                self._arm_closer(left)
+            else:
+                self._close_kept()
+
+    def _close_kept(self) -> None:
+        with self._opening:
+            if self._kept is not None:
+                self._kept.close()
+                self._kept = None
+
+    def release(self) -> None:
+        """Close the kept connection now if no connection is open (at exit, at the end of an ingest)."""
+        with self._condition:
+            if not self._open:
+                self._close_kept()
 
     def _others_waiting(self, mode: str) -> bool:
         return any(count for other, count in self._waiting.items() if other != mode)
@@ -126,6 +205,12 @@ _gates_lock = threading.Lock()
 def gate_for(path: Path) -> ModeGate:
     with _gates_lock:
         return _gates.setdefault(Path(path).resolve(), ModeGate())
+
+
+@atexit.register
+def _close_kept_connections() -> None:
+    for gate in list(_gates.values()):
+        gate.release()
 
 
 def open_retrying(opener: Callable[[], duckdb.DuckDBPyConnection], path: Path,
@@ -162,12 +247,9 @@ class SidecarFile:
             with postgres.connect(self.url) as con:
                 yield con
             return
-        with gate_for(self.path).hold("read-write", LOCK_RETRY_SECONDS, self.path):
-            con = open_retrying(lambda: duckdb.connect(str(self.path)), self.path, LOCK_RETRY_SECONDS)
-            try:
-                yield con
-            finally:
-                con.close()
+        with gate_for(self.path).connection(READ_WRITE, LOCK_RETRY_SECONDS, self.path,
+                                            lambda: duckdb.connect(str(self.path))) as con:
+            yield con
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -194,13 +276,16 @@ class SidecarFile:
             with postgres.read_only(self.url) as con:
                 yield con
             return
-        with gate_for(self.path).hold("read-only", READ_ONLY_WAIT_SECONDS, self.path):
-            con = open_retrying(lambda: duckdb.connect(str(self.path), read_only=True, config=READ_ONLY_CONFIG),
-                                self.path, READ_ONLY_WAIT_SECONDS)
-            try:
-                yield con
-            finally:
-                con.close()
+        with gate_for(self.path).connection(
+                READ_ONLY, READ_ONLY_WAIT_SECONDS, self.path,
+                lambda: duckdb.connect(str(self.path), read_only=True, config=READ_ONLY_CONFIG)) as con:
+            yield con
+
+    def release(self) -> None:
+        """Let the DuckDB file go now rather than KEEP_OPEN_SECONDS after its last connection: checkpointed, and
+        free for other processes (and for copying) once this returns, unless a connection of this process is open."""
+        if self.path is not None:
+            gate_for(self.path).release()
 
     def data_state(self) -> Any:
         """What changes whenever the sidecar is written (its file's state; PostgreSQL's change counter)."""
