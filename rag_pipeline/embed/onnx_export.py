@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import warnings
-from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
 
+from rag_pipeline.atomic_file import replace_file
 from rag_pipeline.file_lock import locked
 
 OnnxRuntimeKind = Literal["onnx", "onnx-int8"]
@@ -78,21 +76,10 @@ def exported_model(model_dir: Path, cache_dir: Path, runtime: OnnxRuntimeKind) -
             return target
         fp32 = target.with_name("onnx.onnx")
         if not fp32.is_file():
-            _atomic(fp32, lambda path: _export(model_dir, path))
+            replace_file(fp32, lambda path: _export(model_dir, path))
         if runtime == "onnx-int8":
-            _atomic(target, lambda path: _quantise(fp32, path))
+            replace_file(target, lambda path: _quantise(fp32, path))
     return target
-
-
-def _atomic(target: Path, write: Callable[[Path], None]) -> None:
-    """write(temporary path) then rename it to target."""
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(temporary))
-        os.replace(temporary, target)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
 
 
 def _export(model_dir: Path, path: Path) -> None:

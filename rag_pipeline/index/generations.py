@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -19,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rag_pipeline.atomic_file import write_atomically
 from rag_pipeline.file_lock import locked
 from rag_pipeline.index.vector_store import collection_name
 from rag_pipeline.settings import parse_chunking_id
@@ -82,17 +81,7 @@ class GenerationRegistry:
     def _write(self, state: dict[str, Any]) -> None:
         """Replace the file atomically and durably: a reader sees the old or the new pointer, never a mix, and a
         power loss leaves one of them."""
-        fd, temporary = tempfile.mkstemp(dir=self.path.parent, prefix=".generations-")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(state, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        write_atomically(self.path, json.dumps(state, indent=1), durable=True)
         self._cache = None
 
     @contextmanager

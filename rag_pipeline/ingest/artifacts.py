@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from rag_pipeline.atomic_file import write_atomically
 
 DROPPED = "dropped"
 
@@ -43,14 +44,7 @@ class ArtifactStore:
         if self.private:
             self.dir.chmod(0o700)
             target.parent.chmod(0o700)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")  # mode 0600
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(target, data)  # mode 0600
         return target
 
     def write_text(self, shard: str, sha: str, suffix: str, text: str) -> Path:

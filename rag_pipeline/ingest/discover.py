@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from stat import S_ISLNK, S_ISREG
 
+from rag_pipeline.atomic_file import write_atomically
 from rag_pipeline.errors import ConfigError, InputError
 from rag_pipeline.ingest.corpus_rules import CorpusRules, configured_rules, ignoring_pattern
 from rag_pipeline.ingest.formats import Format, Head, enabled_extensions, extension_of, format_of_path
@@ -292,7 +293,5 @@ def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_ca
         kept = {path: entry for path, entry in cache.items()  # other sources' entries stay
                 if path in live or not path.startswith(walked)}
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        temporary = cache_path.with_name(f".{HASH_CACHE}.{os.getpid()}")
-        temporary.write_text(json.dumps(kept))
-        os.replace(temporary, cache_path)  # a kill mid-write leaves the previous cache, not half of one
+        write_atomically(cache_path, json.dumps(kept))  # a kill mid-write leaves the previous cache, not half of one
     return manifests

@@ -15,9 +15,7 @@ new files and purges removed ones. No Dagster here: the API and the CLI call thi
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 import threading
 import unicodedata
 import uuid
@@ -27,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rag_pipeline.atomic_file import write_atomically
 from rag_pipeline.errors import Conflict, InputError, NotFound
 from rag_pipeline.ingest.formats import (
     Head,
@@ -177,7 +176,9 @@ def store_upload(settings: Settings, source: str, filename: str, data: bytes,
         sidecar.delete_uploads(stale)
         path = root / relative
         path.parent.mkdir(mode=0o700, parents=True)
-        write_atomically(settings.data_dir / "uploads" / INCOMING, path, data)
+        incoming = settings.data_dir / "uploads" / INCOMING
+        incoming.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomically(path, data, mode=0o640, durable=True, temporary_dir=incoming)  # never partial in a source
         given = upload_name(filename)
         sidecar.record_upload(str(path), source, sha, name, len(data), uploaded_by, given)
     return UploadResult(sha, name, str(path), len(data), doc_type, upload_name=given)
@@ -194,22 +195,6 @@ def check_ingested(settings: Settings, spec: SourceSpec, filename: str, relative
     exclusion = spec.rules.exclusion(relative, doc_type, size) if spec.rules else None
     if exclusion:
         raise RefusedUpload(f"{filename!r} would not be ingested: {exclusion}", code="excluded_by_rules")
-
-
-def write_atomically(incoming: Path, path: Path, data: bytes) -> None:
-    """Write `data` to a temporary file outside every source's folder, then move it to `path` (never partial)."""
-    incoming.mkdir(mode=0o700, parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=incoming, prefix="upload-")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.chmod(temporary, 0o640)
-        os.replace(temporary, path)
-    except BaseException:
-        with_missing_ok(Path(temporary).unlink)
-        raise
 
 
 def with_missing_ok(action: Any) -> None:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import os
 import secrets
 import stat
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +24,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from rag_pipeline.atomic_file import write_atomically
 from rag_pipeline.errors import ConfigError, InputError, NotFound
 from rag_pipeline.file_lock import locked
 from rag_pipeline.index.vector_store import Scope
@@ -114,16 +113,7 @@ def locked_keys(path: Path) -> Iterator[list[ApiKey]]:
         keys = read_keys(path)
         yield keys
         text = HEADER + yaml.safe_dump(KeyFile(keys=keys).model_dump(mode="json"), sort_keys=False)
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # created 0600
-        try:
-            with os.fdopen(handle, "w") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        write_atomically(path, text, durable=True)  # mode 0600
 
 
 def create_key(path: Path, name: str, role: Role = "reader", tags: tuple[str, ...] = (),
