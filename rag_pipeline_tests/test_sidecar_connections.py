@@ -1,35 +1,23 @@
-"""Connections of one process to the sidecar's DuckDB file: a burst of them shares one database instance; the file is
-let go once they are idle (another process then opens it) or at once on release(); read-write and read-only
-connections of many threads take turns without a configuration clash."""
+"""Connections of one process to the sidecar's DuckDB file: inside a kept() block the read-write ones share one
+database instance and the file is free again (checkpointed) when the block ends; outside one, every connection opens
+and closes the file itself; read-write and read-only connections of many threads take turns without a configuration
+clash, inside a block or not."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
 from rag_pipeline.sidecar.connection import SidecarFile
 
-# Another process: opens the file read-write as soon as it can (trying every 10 ms for argv[2] s), adds a row.
-OTHER_WRITER = """
-import sys, time, duckdb
-deadline = time.monotonic() + float(sys.argv[2])
-print("trying", flush=True)
-while True:
-    try:
-        con = duckdb.connect(sys.argv[1])
-        break
-    except duckdb.IOException:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.01)
-con.execute("INSERT INTO t VALUES (2)")
-con.close()
-"""
+# Another process: opens the file read-write at its first try (no retry), adds a row.
+OTHER_WRITER = "import sys, duckdb; con = duckdb.connect(sys.argv[1]); con.execute('INSERT INTO t VALUES (2)')"
 
 
 def instance_threads(sidecar: SidecarFile) -> int:
@@ -37,57 +25,45 @@ def instance_threads(sidecar: SidecarFile) -> int:
         return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
 
 
-def test_a_burst_shares_one_instance_and_another_process_gets_the_file_once_it_is_idle(tmp_path: Path) -> None:
-    sidecar = SidecarFile(tmp_path / "sidecar.duckdb")
+def mark_instance(sidecar: SidecarFile) -> int:
+    """Set a setting of the database instance (not of one connection); the instance's default before."""
     with sidecar.connect() as con:
-        default_threads = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
-        con.execute("SET GLOBAL threads = 7")  # a setting of the database instance, not of one connection
-        con.execute("CREATE TABLE t (x INTEGER)")
+        default = int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+        con.execute("SET GLOBAL threads = 7")
+        con.execute("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
         con.execute("INSERT INTO t VALUES (1)")
-    assert instance_threads(sidecar) == 7  # the next connection of the burst: the same instance
+    return default
 
-    other = subprocess.run([sys.executable, "-c", OTHER_WRITER, str(sidecar.path), "10"], capture_output=True,
-                           text=True, timeout=60)
-    assert other.returncode == 0, other.stderr  # this process let the file go while it was idle
+
+def other_process_writes(sidecar: SidecarFile, *, expect: bool = True) -> None:
+    other = subprocess.run([sys.executable, "-c", OTHER_WRITER, str(sidecar.path)], capture_output=True, text=True,
+                           timeout=60)
+    if expect:
+        assert other.returncode == 0, other.stderr
+    else:
+        assert other.returncode != 0 and "lock" in other.stderr, other.stderr
+
+
+def test_a_kept_block_shares_one_instance_and_frees_the_file_when_it_ends(tmp_path: Path) -> None:
+    sidecar = SidecarFile(tmp_path / "sidecar.duckdb")
+    wal = sidecar.path.with_name(sidecar.path.name + ".wal")
+    with sidecar.kept():
+        default = mark_instance(sidecar)
+        assert instance_threads(sidecar) == 7  # the next connection of the block: the same instance
+        assert wal.exists()  # its writes are in the log of the instance still open
+        other_process_writes(sidecar, expect=False)  # the cost of a block: the file is held until it ends
+    assert not wal.exists()  # the block's end closed it: checkpointed into the file
+    other_process_writes(sidecar)  # and free at once
+    assert instance_threads(sidecar) == default
     with sidecar.connect() as con:
         assert con.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,)]
-    assert instance_threads(sidecar) == default_threads  # a new instance, which sees the other process's row
 
 
-def test_a_steady_stream_of_writes_still_lets_another_process_in(tmp_path: Path) -> None:
-    """Writes 30 ms apart never leave the file idle for KEEP_OPEN_SECONDS; it still goes at the first idle moment
-    after KEEP_AT_MOST_SECONDS, and another process trying meanwhile gets it."""
+def test_outside_a_kept_block_every_connection_opens_the_file_itself(tmp_path: Path) -> None:
     sidecar = SidecarFile(tmp_path / "sidecar.duckdb")
-    with sidecar.connect() as con:
-        con.execute("CREATE TABLE t (x INTEGER)")
-    other = subprocess.Popen([sys.executable, "-c", OTHER_WRITER, str(sidecar.path), "8"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-    assert other.stdout.readline() == "trying\n"
-    written = 0
-    deadline = time.monotonic() + 12
-    while other.poll() is None and time.monotonic() < deadline:
-        with sidecar.connect() as con:
-            con.execute("INSERT INTO t VALUES (1)")
-        written += 1
-        time.sleep(0.03)
-    _, err = other.communicate(timeout=30)
-    assert other.returncode == 0, err
-    with sidecar.connect() as con:
-        assert con.execute("SELECT x, count(*) FROM t GROUP BY x ORDER BY x").fetchall() == [(1, written), (2, 1)]
-
-
-def test_release_checkpoints_and_frees_the_file_at_once(tmp_path: Path) -> None:
-    sidecar = SidecarFile(tmp_path / "sidecar.duckdb")
-    with sidecar.transaction() as con:
-        con.execute("CREATE TABLE t (x INTEGER)")
-        con.execute("INSERT INTO t VALUES (1)")
-    wal = sidecar.path.with_name(sidecar.path.name + ".wal")
-    assert wal.exists()  # the write is in the log of the instance still kept open
-    sidecar.release()
-    assert not wal.exists()  # checkpointed into the file: a copy of the file alone has the row
-    other = subprocess.run([sys.executable, "-c", "import sys, duckdb; duckdb.connect(sys.argv[1]).close()",
-                            str(sidecar.path)], capture_output=True, text=True, timeout=60)
-    assert other.returncode == 0, other.stderr  # no retry needed: the file is free now
+    default = mark_instance(sidecar)
+    other_process_writes(sidecar)  # a server's or another command's calls leave the file free between them
+    assert instance_threads(sidecar) == default
 
 
 def test_read_write_and_read_only_connections_of_many_threads_take_turns(tmp_path: Path) -> None:
@@ -100,18 +76,43 @@ def test_read_write_and_read_only_connections_of_many_threads_take_turns(tmp_pat
         for step in range(15):
             with sidecar.transaction() as con:
                 con.execute("INSERT INTO t VALUES (?)", [worker * 100 + step])
-            with sidecar.read_only() as con:  # right after a write: the kept read-write instance must go first
+            with sidecar.read_only() as con:  # the kept read-write instance, if any, must close first
                 seen.append(con.execute("SELECT count(*) FROM t").fetchone()[0])
         return seen
 
-    with ThreadPoolExecutor(4) as pool:
-        seen = list(pool.map(write_then_read, range(4)))
-    assert all(counts == sorted(counts) and counts[0] >= 1 for counts in seen)
+    for block in (nullcontext, sidecar.kept):  # the threads' writes outside a kept block, then inside one
+        with ThreadPoolExecutor(4) as pool, block():
+            seen = list(pool.map(write_then_read, range(4)))
+        assert all(counts == sorted(counts) and counts[0] >= 1 for counts in seen)
     with sidecar.read_only() as con:
-        assert con.execute("SELECT count(*) FROM t").fetchone()[0] == 60
-    with sidecar.connect() as con, pytest.raises(RuntimeError, match="read-only connection .* inside a read-write"):
+        assert con.execute("SELECT count(*) FROM t").fetchone()[0] == 120
+    with sidecar.kept(), sidecar.connect(), pytest.raises(RuntimeError, match="read-only connection .* inside"):
         with sidecar.read_only():
             pass
-    with sidecar.connect() as outer, sidecar.connect() as inner:  # nested in one mode: one instance, both usable
-        inner.execute("INSERT INTO t VALUES (-1)")
-        assert outer.execute("SELECT count(*) FROM t").fetchone()[0] == 61
+    with sidecar.kept(), sidecar.kept(), sidecar.connect() as outer, sidecar.connect() as inner:
+        inner.execute("INSERT INTO t VALUES (-1)")  # nested blocks and connections of one mode: one instance
+        assert outer.execute("SELECT count(*) FROM t").fetchone()[0] == 121
+    other_process_writes(sidecar)  # the outer block's end let the file go
+
+
+def test_a_block_that_ends_while_another_thread_is_connected_lets_go_after_that_connection(tmp_path: Path) -> None:
+    sidecar = SidecarFile(tmp_path / "sidecar.duckdb")
+    mark_instance(sidecar)
+    connected, done = threading.Event(), threading.Event()
+
+    def hold_a_connection() -> None:
+        with sidecar.connect() as con:
+            con.execute("INSERT INTO t VALUES (3)")
+            connected.set()
+            done.wait(timeout=30)
+
+    with ThreadPoolExecutor(1) as pool:
+        with sidecar.kept():
+            holder = pool.submit(hold_a_connection)
+            assert connected.wait(timeout=30)
+        other_process_writes(sidecar, expect=False)  # the block is over, but the thread's cursor is still open
+        done.set()
+        holder.result(timeout=30)
+    other_process_writes(sidecar)  # its close let the file go
+    with sidecar.connect() as con:
+        assert con.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,), (3,)]

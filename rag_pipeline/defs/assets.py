@@ -98,9 +98,11 @@ def stage_metadata(report: StageReport, rag: RagResource, context: dg.AssetExecu
     totals = report.totals()
     counts = {"added": totals.added, "skipped": totals.skipped, "purged": totals.purged, "failed": totals.failed}
     sidecar = rag.sidecar()
-    sidecar.record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts, report.seconds,
-                       report.actions())
-    for shard, table in documents_tables(report, context.partition_keys, rag.settings, sidecar).items():
+    with sidecar.kept():
+        sidecar.record_run(context.run_id, context.asset_key.to_user_string(), report.shards, counts,
+                           report.seconds, report.actions())
+        tables = documents_tables(report, context.partition_keys, rag.settings, sidecar)
+    for shard, table in tables.items():
         context.add_asset_metadata({"documents": table}, partition_key=shard)
     metadata: dict[str, Any] = {
         "shards": ",".join(report.shards),
@@ -305,19 +307,19 @@ def index_generation(rag: RagResource) -> dg.MaterializeResult:
 def corpus_summary(rag: RagResource) -> dg.MaterializeResult:
     """Documents and chunks by type, by source and by tag, failures and redaction totals over the whole corpus."""
     sidecar = rag.sidecar()
-    by_type = sidecar.totals_by_type()
-    redactions = sidecar.redaction_totals()
-    failures = sidecar.failed_documents()
-    refused = sidecar.source_errors()
+    with sidecar.kept():
+        by_type, redactions = sidecar.totals_by_type(), sidecar.redaction_totals()
+        failures, refused = sidecar.failed_documents(), sidecar.source_errors()
+        by_source, by_tag = sidecar.totals_by_source(), sidecar.totals_by_tag()
     lines = ["| type | documents | failed | chunks | redactions |", "|---|---:|---:|---:|---:|"]
     lines += [
         f"| {r['doc_type']} | {r['documents']} | {r['failed']} | {r['chunks']} | {r['redactions']} |" for r in by_type
     ]
     sources = ["| source | kind | documents | pending | failed | chunks |", "|---|---|---:|---:|---:|---:|"]
     sources += [f"| {r['source']} | {r['kind']} | {r['documents']} | {r['pending']} | {r['failed']} | {r['chunks']} |"
-                for r in sidecar.totals_by_source()]
+                for r in by_source]
     tags = ["| tag | documents | chunks |", "|---|---:|---:|"]
-    tags += [f"| {r['tag'] or '(untagged)'} | {r['documents']} | {r['chunks']} |" for r in sidecar.totals_by_tag()]
+    tags += [f"| {r['tag'] or '(untagged)'} | {r['documents']} | {r['chunks']} |" for r in by_tag]
     return dg.MaterializeResult(
         metadata={
             "documents": sum(r["documents"] for r in by_type),

@@ -114,12 +114,9 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
     )
     settings = rag.settings
     with exclusive_ingest(settings.data_dir), held_store(rag):
-        try:
-            if forget is not None:
-                forget_source(settings, rag.sidecar(), forget)
-            return locked_ingest(rag, started)
-        finally:
-            rag.sidecar().release()  # the next process to take ingest.lock finds the sidecar free
+        if forget is not None:
+            forget_source(settings, rag.sidecar(), forget)
+        return locked_ingest(rag, started)
 
 
 def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:

@@ -25,8 +25,9 @@ def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) 
     replaced: list[str] = []
     chunk_rows: list[dict] = []
     redaction_rows: list[dict] = []
-    catalogued = sidecar.catalogued_by_shard(chunk_set)
-    pending, stored = sidecar.pending_shas(report.shards), sidecar.catalogued_shas(report.shards)
+    with sidecar.kept():
+        catalogued = sidecar.catalogued_by_shard(chunk_set)
+        pending, stored = sidecar.pending_shas(report.shards), sidecar.catalogued_shas(report.shards)
     for shard in report.shards:
         wanted = chunk_store.shas(shard)
         held = catalogued.get(shard, set()) - pending[shard]  # a kill left it half-done
@@ -45,12 +46,13 @@ def sync_catalogue(settings: Settings, shards: Iterable[str], sidecar: Sidecar) 
             redaction_rows += [{"sha": sha, "shard": shard, "kind": kind, "count": n} for kind, n in counts.items()]
         replaced += vanished
     replaced += report.added
-    sidecar.replace_catalogue(replaced, chunk_rows, redaction_rows)
-    finished = datetime.now(UTC).replace(tzinfo=None)
-    before = sidecar.documents_by_sha(report.added)
-    report.completed = [sha for sha in report.added if (before.get(sha) or {}).get("ingested_at") is None]
-    sidecar.upsert([{"sha": sha, "chunk_set": chunk_set, "ingested_at": finished, "status": "ok", "stage": "catalogue"}
-                    for sha in report.added if sha in before])
+    with sidecar.kept():
+        sidecar.replace_catalogue(replaced, chunk_rows, redaction_rows)
+        finished = datetime.now(UTC).replace(tzinfo=None)
+        before = sidecar.documents_by_sha(report.added)
+        report.completed = [sha for sha in report.added if (before.get(sha) or {}).get("ingested_at") is None]
+        sidecar.upsert([{"sha": sha, "chunk_set": chunk_set, "ingested_at": finished, "status": "ok",
+                         "stage": "catalogue"} for sha in report.added if sha in before])
     report.chunks = len(chunk_rows)
     report.seconds = time.perf_counter() - started
     return report

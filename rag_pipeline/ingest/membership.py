@@ -32,10 +32,12 @@ def record_discovery(sidecar: Sidecar, specs: Sequence[SourceSpec], manifests: M
 
 def stored_manifest(sidecar: Sidecar, exclude: Sequence[str] = ()) -> Manifest:
     """The files and refusals every source's last sync recorded (except the `exclude` sources')."""
+    with sidecar.kept():
+        file_rows, error_rows = sidecar.source_files(exclude), sidecar.source_errors(exclude)
     files = [SourceFile(path=row["path"], root=row["root"] or "", sha256=row["sha"], size=row["bytes"] or 0,
                         doc_type=row["doc_type"], tags=tuple(row["tags"] or ()), source=row["source"])
-             for row in sidecar.source_files(exclude)]
-    errors = [SourceError(row["path"], named(row["reason"], row["source"])) for row in sidecar.source_errors(exclude)]
+             for row in file_rows]
+    errors = [SourceError(row["path"], named(row["reason"], row["source"])) for row in error_rows]
     return Manifest(files=files, errors=errors)
 
 

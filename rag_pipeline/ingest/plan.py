@@ -15,9 +15,9 @@ from rag_pipeline.sidecar import Sidecar
 def pending_shards(settings: Settings, manifest: Manifest, sidecar: Sidecar, store: VectorStore) -> list[str]:
     """Shards whose stored state (sidecar, any stage's artifacts, the vector index) differs from the manifest."""
     documents = manifest.documents()
-    known = sidecar.documents()
+    with sidecar.kept():
+        known, catalogued = sidecar.documents(), sidecar.catalogued_by_shard(settings.chunking_id)
     all_stores = stores(settings)
-    catalogued = sidecar.catalogued_by_shard(settings.chunking_id)
     pending = []
     for shard in settings.shard_keys:
         wanted = {sha for sha in documents if settings.shard_of(sha) == shard}

@@ -44,9 +44,10 @@ class IngestSummary:
         """The corpus, what the runs did to each document, every refused file and every current document whose
         conversion failed."""
         self.documents = set(manifest.documents())
-        self.actions = sidecar.run_actions(self.run_ids) if self.run_ids else {}
+        with sidecar.kept():
+            self.actions = sidecar.run_actions(self.run_ids) if self.run_ids else {}
+            rows = sidecar.documents()
         self.failed = [{"path": error.path, "error": error.reason} for error in manifest.errors]
-        rows = sidecar.documents()
         self.failed_shas = {sha for sha, row in rows.items() if row["status"] == "failed" and sha in self.documents}
         self.failed += [{"path": rows[sha]["paths"][0], "error": rows[sha]["error"]} for sha in sorted(self.failed_shas)]
 

@@ -52,8 +52,9 @@ def shown_paths(settings: Settings, paths: list[str]) -> list[str]:
 def labelled_rows(settings: Settings, sidecar: Sidecar, shas: list[str]) -> dict[str, dict]:
     """The sidecar rows of these documents, each with the "name=value" labels of its filterable fields and its
     shown paths."""
-    rows = sidecar.documents_by_sha(shas)
-    labels = sidecar.field_labels(list(rows), filterable_fields(settings))
+    with sidecar.kept():
+        rows = sidecar.documents_by_sha(shas)
+        labels = sidecar.field_labels(list(rows), filterable_fields(settings))
     return {sha: {**row, FIELD_LABELS: labels.get(sha, []), SHOWN_PATHS: shown_paths(settings, row["paths"])}
             for sha, row in rows.items()}
 
@@ -215,10 +216,11 @@ def sync_field_labels(settings: Settings, sidecar: Sidecar, live: Sequence[Vecto
     """Relabel the points whose filterable field labels differ from their documents' effective fields (a roster or
     an enrichment changed them, or a field became filterable), when the labels changed since the last sync; how
     many documents' points it relabelled."""
-    digest = field_labels_digest(settings, sidecar)
-    if sidecar.get_state(FIELD_LABELS) == digest:
-        return 0
-    by_shard = sidecar.shas_by_shard()
+    with sidecar.kept():
+        digest = field_labels_digest(settings, sidecar)
+        if sidecar.get_state(FIELD_LABELS) == digest:
+            return 0
+        by_shard = sidecar.shas_by_shard()
     relabelled = 0
     for store in live:
         changed = sum(relabel_to_match(store, shard, labelled_rows(settings, sidecar, shas))

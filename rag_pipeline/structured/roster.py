@@ -291,9 +291,10 @@ def load_rosters(settings: Settings, sidecar: Sidecar) -> RosterReport:
     for name in report.removed:
         sidecar.replace_roster(name, None, [])
         report.changed = True
-    sidecar.refresh_roster_links()
-    report.reconciliation = reconcile(sidecar)
-    sidecar.replace_reconciliation(report.reconciliation)
+    with sidecar.kept():
+        sidecar.refresh_roster_links()
+        report.reconciliation = reconcile(sidecar)
+        sidecar.replace_reconciliation(report.reconciliation)
     for row in report.reconciliation:
         report.counts[row["status"]] += 1
     return report
