@@ -1,4 +1,5 @@
-"""Dagster instance storage benchmark: SQLite (dagster.yaml, the default) against PostgreSQL
+"""Dagster instance storage benchmark: SQLite (dagster.yaml, the default: its event log keeps its engines) against
+Dagster's own SQLite event log ("sqlite-own": dagster.yaml without `event_log_storage`) and PostgreSQL
 (deploy/dagster-postgres.yaml on a throwaway server from Debian's binaries, stopped by PID at the end).
 
 (a) Per-partition event overhead: one run (single-run backfill, partition-range tags as
@@ -37,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import dagster as dg  # noqa: E402
+import yaml  # noqa: E402
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG  # noqa: E402
 
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
@@ -47,7 +49,17 @@ from rag_pipeline.defs.partitions import shard_run_tags  # noqa: E402
 from rag_pipeline_tests.pg_server import FAST_SETTINGS, running_postgres  # noqa: E402
 
 CORPUS = REPO / "golden" / "corpus"
-CONFIGS = {"sqlite": REPO / "dagster.yaml", "postgres": REPO / "deploy" / "dagster-postgres.yaml"}
+CONFIGS = {"sqlite": REPO / "dagster.yaml", "sqlite-own": REPO / "dagster.yaml",
+           "postgres": REPO / "deploy" / "dagster-postgres.yaml"}
+STORAGES = ("ephemeral", "sqlite-own", "sqlite", "postgres")
+
+
+def instance_config(storage: str) -> str:
+    """The dagster.yaml of `storage` ("sqlite-own": the repo's without its event log class)."""
+    config = yaml.safe_load(CONFIGS[storage].read_text())
+    if storage == "sqlite-own":
+        del config["event_log_storage"]
+    return yaml.safe_dump(config)
 
 
 @contextmanager
@@ -57,7 +69,7 @@ def dagster_home(work: Path, storage: str) -> Iterator[Path | None]:
     home = None
     if storage != "ephemeral":
         home = Path(tempfile.mkdtemp(prefix=f"home_{storage}_", dir=work))
-        shutil.copy(CONFIGS[storage], home / "dagster.yaml")
+        (home / "dagster.yaml").write_text(instance_config(storage))
         os.environ["DAGSTER_HOME"] = str(home)
     try:
         yield home
@@ -142,7 +154,7 @@ def main() -> None:
             os.environ.update(server.dagster_env())
             print(f"PostgreSQL on 127.0.0.1:{server.port} (pid {server.pid}, "
                   f"{'fsync off' if args.pg_fast else 'default durable settings'})", file=sys.stderr)
-            for storage in ("ephemeral", "sqlite", "postgres"):
+            for storage in STORAGES:
                 with dagster_home(work, storage):
                     overhead[storage] = partition_overhead(args.repeats)
             if not args.skip_ingest:
@@ -152,7 +164,7 @@ def main() -> None:
                 shutil.copy(next(CORPUS.rglob("*.md")), warm)
                 with dagster_home(work, "ephemeral"):
                     ingest([warm], work / "data_warm")
-                for storage in ("ephemeral", "sqlite", "postgres"):
+                for storage in STORAGES:
                     ingests[storage] = ingest_timings(work, storage)
                     print(f"ingest on {storage} done", file=sys.stderr)
     finally:

@@ -170,8 +170,9 @@ def sidecar_relations() -> set[str]:
 
 def sidecar_access(source: str, relations: set[str]) -> list[tuple[str, str]]:
     """(kind, what) of each way the source reaches the sidecar's database: imports of duckdb ("duckdb"), connections
-    opened the way Sidecar opens them, without arguments ("connection"), and string literals (f-string parts
-    included) with SQL naming one of the sidecar's relations ("sql")."""
+    opened the way Sidecar opens them, without arguments ("connection"; a SQLAlchemy `engine.connect()` is another
+    database), and string literals (f-string parts included) with SQL naming one of the sidecar's relations
+    ("sql")."""
     naming = re.compile(rf"\b(?:FROM|JOIN|INTO|UPDATE|TABLE)\s+({'|'.join(sorted(relations))})\b")
     found: list[tuple[str, str]] = []
     for node in ast.walk(ast.parse(source)):
@@ -180,7 +181,8 @@ def sidecar_access(source: str, relations: set[str]) -> list[tuple[str, str]]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "duckdb":
             found.append(("duckdb", node.module or ""))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                node.func.attr in SIDECAR_CONNECTIONS and not node.args and not node.keywords:
+                node.func.attr in SIDECAR_CONNECTIONS and not node.args and not node.keywords and \
+                ast.unparse(node.func.value) != "engine":
             found.append(("connection", f"{ast.unparse(node.func)}()"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (match := naming.search(node.value)):
             found.append(("sql", match.group(0)))
@@ -212,6 +214,7 @@ with self.sidecar.connect() as con, Sidecar(path).read_only() as ro:
     con.execute(f"DELETE FROM chunks WHERE sha = {sha!r}")
 rows = sidecar._rows("SELECT name, kind FROM effective_of(?)", [[sha]])
 sqlite3.connect(path).execute("SELECT * FROM embeddings")  # another database: neither counts
+with engine.connect() as conn: pass  # a SQLAlchemy engine's: neither
 """Read the rows from documents and chunks."""  # prose is not SQL
 '''
     assert sorted(sidecar_access(source, {"documents", "chunks", "effective_of"})) == [

@@ -21,10 +21,12 @@ POSTGRES_CONFIG = REPO / "deploy" / "dagster-postgres.yaml"
 
 
 def test_postgres_config_matches_default_apart_from_storage() -> None:
-    """The two instance configs differ only in `storage`; SQLite stays the default."""
+    """The two instance configs differ only in their storage: SQLite stays the default (with its event log's engines
+    kept), PostgreSQL is `storage: postgres`."""
     default = yaml.safe_load(SQLITE_CONFIG.read_text())
     postgres = yaml.safe_load(POSTGRES_CONFIG.read_text())
     assert "storage" not in default
+    assert default.pop("event_log_storage")["class"] == "KeptEngineEventLogStorage"
     assert set(postgres.pop("storage")) == {"postgres"}
     assert postgres == default
 
