@@ -9,6 +9,8 @@ import dagster as dg
 import psycopg2
 import pytest
 import yaml
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
 
 from rag_pipeline.defs.assets import INGEST_ASSETS, corpus_summary
 from rag_pipeline.defs.ingest_runner import ingest
@@ -59,7 +61,13 @@ def test_postgres_instance_loads(postgres_home: Path) -> None:
 def test_ingest_records_runs_and_materialisations_in_postgres(
     postgres_home: Path, postgres_server: PostgresServer, corpus: Path, data_dir: Path,  # noqa: F811
 ) -> None:
-    summary = ingest([corpus], data_dir)
+    opened = []
+    count = lambda dbapi_connection, _: opened.append(dbapi_connection.get_dsn_parameters()["dbname"])  # noqa: E731
+    event.listen(Pool, "connect", count)
+    try:
+        summary = ingest([corpus], data_dir)
+    finally:
+        event.remove(Pool, "connect", count)
     assert summary["added"] > 0 and summary["chunks"] > 0 and len(summary["run_ids"]) == 1
     shards, [run_id] = summary["shards"], summary["run_ids"]
     assert shards
@@ -96,6 +104,12 @@ def test_ingest_records_runs_and_materialisations_in_postgres(
             )
             # one per asset per shard of the run's range (the range may include unchanged shards in between)
             assert cursor.fetchone()[0] >= len(INGEST_ASSETS) * len(shards)
+            cursor.execute("SELECT count(*) FROM event_logs WHERE run_id = %s", (run_id,))
+            events = cursor.fetchone()[0]
+        # The runner keeps its connections: fewer than one per event (only Dagster's table check before an asset
+        # event's tags opens one for a moment), where dagster-postgres's own opens ~3.7 per event.
+        connections = opened.count(postgres_server.dagster_env()["DAGSTER_PG_DB"])
+        assert 0 < connections <= events, (connections, events)
     finally:
         connection.close()
 
