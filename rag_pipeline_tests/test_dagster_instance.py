@@ -14,6 +14,7 @@ import dagster as dg
 import pytest
 import yaml
 from dagster import DagsterInstance
+from dagster._core.instance.ref import InstanceRef
 
 from rag_pipeline.defs.sensors import corpus_summary_after_ingest
 
@@ -49,8 +50,7 @@ def dagster_home_of(commands: list[str]) -> str:
 
 
 @pytest.mark.slow
-def test_make_demo_records_its_runs_in_the_instance_make_dev_opens(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_make_demo_records_its_runs_in_the_instance_make_dev_opens(tmp_path: Path) -> None:
     """`make demo` and `make dev` set the same DAGSTER_HOME and copy the same dagster.yaml into it; an ingest run
     the way `make demo` runs it is then in that instance's run storage (what the UI of `make dev` lists)."""
     data_dir = tmp_path / "data"
@@ -76,8 +76,7 @@ def test_make_demo_records_its_runs_in_the_instance_make_dev_opens(tmp_path: Pat
     summary = json.loads(done.stdout)
     run_ids = summary["run_ids"]
     assert len(summary["shards"]) > 1
-    monkeypatch.setenv("DAGSTER_HOME", home)
-    with DagsterInstance.get() as instance:
+    with DagsterInstance.from_ref(InstanceRef.from_dir(home)) as instance:
         assert run_ids and all(instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
                                for run_id in run_ids)
         # One run: the shards, then the assets after them (enrichment, roster, the generation switch, the summary),

@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.events.log import EventLogEntry
+from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from sqlalchemy import event
 from sqlalchemy.pool import Pool
@@ -173,7 +174,48 @@ def test_a_forked_child_opens_its_own_connections(home: Path) -> None:
     CHILD_STORAGE.clear()
 
 
-def test_without_dagster_home_or_base_dir_it_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    with pytest.raises(dg.DagsterInvariantViolationError, match="DAGSTER_HOME"):
-        KeptEngineEventLogStorage()
+def test_it_follows_the_instance_it_belongs_to_not_dagster_home(tmp_path: Path, home: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A home opened by path (as `dagster dev` opens its temporary home) keeps its events in its own history,
+    whatever DAGSTER_HOME says, set or not."""
+    other = tmp_path / "other_home"
+    other.mkdir()
+    shutil.copy(REPO / "dagster.yaml", other / "dagster.yaml")
+    for environment in (str(home), None):
+        if environment is None:
+            monkeypatch.delenv("DAGSTER_HOME")
+        with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(other))) as instance:
+            result = dg.materialize([numbers], instance=instance, partition_key="3")
+            assert result.success
+            assert (other / "history" / "runs" / f"{result.run_id}.db").is_file()
+            assert instance.get_materialized_partitions(dg.AssetKey("numbers")) == {"3"}
+    assert not (home / "history").exists()
+
+
+def test_a_watcher_sees_events_another_process_writes(home: Path) -> None:
+    """The UI follows a running run by watching its database file (Dagster's watchdog on `<run_id>.db`). A writer
+    that keeps its connection leaves the file itself unchanged until a checkpoint, so it touches the file after each
+    write; the watcher, which holds a connection of its own, gets every event as it is written."""
+    seen: list[str] = []
+    with dg.DagsterInstance.get() as instance:
+        storage = instance.event_log_storage
+        storage.store_event(log_entry("followed", "first"))
+        assert len(storage.get_logs_for_run("followed")) == 1  # the watcher's side holds the database open too
+        storage.watch("followed", None, lambda entry, _cursor: seen.append(entry.user_message))
+        try:
+            writer = subprocess.run(
+                [sys.executable, "-c", "import time, dagster as dg\n"
+                 "from dagster._core.events.log import EventLogEntry\n"
+                 "with dg.DagsterInstance.get() as i:\n"
+                 "    for n in range(3):\n"
+                 "        i.event_log_storage.store_event(EventLogEntry(error_info=None, level='INFO', "
+                 "user_message=f'next {n}', run_id='followed', timestamp=time.time()))\n"
+                 "        time.sleep(0.3)\n"],
+                env=os.environ.copy(), capture_output=True, text=True, timeout=120)
+            assert writer.returncode == 0, writer.stderr
+            deadline = time.monotonic() + 10
+            while len(seen) < 4 and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            storage.end_watch("followed", next(iter(storage._watchers["followed"])))
+    assert seen == ["first", "next 0", "next 1", "next 2"]

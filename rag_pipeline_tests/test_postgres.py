@@ -71,6 +71,14 @@ def test_ingest_records_runs_and_materialisations_in_postgres(
     assert summary["added"] > 0 and summary["chunks"] > 0 and len(summary["run_ids"]) == 1
     shards, [run_id] = summary["shards"], summary["run_ids"]
     assert shards
+    # ... and closes them when it ends (a server runs many ingests): only this check's own connection is left.
+    check = psycopg2.connect(**postgres_server.connect_kwargs())
+    try:
+        with check.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+            assert cursor.fetchone()[0] == 1
+    finally:
+        check.close()
 
     with dg.DagsterInstance.get() as instance:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
+from sqlalchemy.engine import Engine
 
 from rag_pipeline.defs.assets import INGEST_ASSETS, TOTALS
 from rag_pipeline.defs.partitions import shard_run_tags
@@ -29,9 +30,11 @@ UNFINISHED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.Dagst
 PLANNED_EVENTS_PER_RANGE = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
 # dagster-postgres opens a connection for every storage call (a NullPool), unless the instance is "optimised for the
 # webserver": then each storage keeps one (up to 20 more for a moment). A ranged run writes an event per shard and
-# step, so the in-process runner keeps them too: 51 -> 22 ms per partition event on a local server. 0: no statement
-# timeout, as on Dagster's own connections. SQLite storage ignores it (its event log keeps its engines anyway).
-KEPT_CONNECTIONS = {"statement_timeout": 0, "pool_recycle": 3600, "max_overflow": 20}
+# step, so the in-process runner keeps them too: 51 -> 22 ms per partition event on a local server. Statement
+# timeout 0: none (a step's long query must not fail its run), overriding one set on the role or database. Recycled
+# after 5 idle-or-not minutes, before a proxy or idle_session_timeout drops one mid-step. Closed with the instance.
+# SQLite storage ignores it (its event log keeps its engines anyway).
+KEPT_CONNECTIONS = {"statement_timeout": 0, "pool_recycle": 300, "max_overflow": 20}
 
 
 @contextmanager
@@ -42,10 +45,22 @@ def dagster_instance() -> Iterator[dg.DagsterInstance]:
     if os.environ.get("DAGSTER_HOME"):
         with dg.DagsterInstance.get() as instance:
             instance.optimize_for_webserver(**KEPT_CONNECTIONS)
-            yield instance
+            try:
+                yield instance
+            finally:
+                close_kept_connections(instance)
     else:
         with dg.DagsterInstance.ephemeral() as instance:
             yield instance
+
+
+def close_kept_connections(instance: dg.DagsterInstance) -> None:
+    """Close the connections the instance's storages keep (disposing an instance leaves dagster-postgres's open
+    until they are garbage-collected)."""
+    for storage in (instance.run_storage, instance.event_log_storage, instance.schedule_storage):
+        engine = getattr(storage, "_engine", None)  # dagster-postgres's storages keep their engine there
+        if isinstance(engine, Engine):
+            engine.dispose()
 
 
 def materialize_stages(rag: RagResource, stages: Sequence[dg.AssetsDefinition], shards: Sequence[str],
