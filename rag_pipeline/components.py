@@ -10,8 +10,6 @@ import functools
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from rag_pipeline.embed.batcher import QueryBatcher
 from rag_pipeline.embed.embedder import Embedder, EmbedderUnavailable
 from rag_pipeline.embed.model_files import declared_dimension
@@ -21,7 +19,7 @@ from rag_pipeline.errors import ConfigError
 from rag_pipeline.fields.registry import declared_fields
 from rag_pipeline.generate.answerer import Answerer, GuardrailSettings
 from rag_pipeline.generate.generators import ExtractiveGenerator, Generator, LLMGenerator
-from rag_pipeline.index.generations import GenerationRegistry
+from rag_pipeline.index.generations import load_settings  # noqa: F401  (the entry points' settings, here too)
 from rag_pipeline.index.lifecycle import IndexGenerations, QueryTarget
 from rag_pipeline.llm import NO_LLM, build_llm
 from rag_pipeline.llm.ollama import OllamaEmbedder
@@ -32,19 +30,6 @@ from rag_pipeline.retrieve.retriever import RetrievalSettings, Retriever
 from rag_pipeline.retrieve.semantic_cache import SemanticCache, cache_collection
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
-
-
-def load_settings(**overrides: Any) -> Settings:
-    """The settings of an entry point (the CLI's main, the API app, a Dagster resource): RAG_* variables and
-    `overrides`, then, for what neither sets, what the data dir's active index was built with. Build them once
-    there and pass them down. An invalid setting is a ConfigError naming it."""
-    try:
-        settings = Settings(**overrides)
-    except ValidationError as error:
-        problems = "; ".join(f"RAG_{'_'.join(map(str, problem['loc'])).upper() or 'SETTINGS'}: {problem['msg']}"
-                             for problem in error.errors())
-        raise ConfigError(f"invalid settings: {problems}") from None
-    return settings.deployed_on(GenerationRegistry(settings.data_dir).built_settings())
 
 
 HYDE_TEMPERATURE = 0.7  # hypothetical documents should differ from each other (the HyDE paper's setting)

@@ -83,3 +83,19 @@ def test_version(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--version"])
     assert exited.value.code == 0 and capsys.readouterr().out == f"rag-pipeline {version('rag_pipeline')}\n"
+
+
+def test_parsing_a_command_imports_no_component() -> None:
+    """Every command builds the whole parser first: it must not import the configured components (the embedder,
+    the LLM clients: ~0.4 s), so that `rag-pipeline ingest` starts docling's workers before anything heavy and a
+    short command starts fast. Checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom rag_pipeline.serve.cli import build_parser\n"
+            "from rag_pipeline.index.generations import load_settings\n"
+            "build_parser().parse_args(['inspect', 'documents'])\nload_settings()\n"
+            "print(sorted(m for m in ('rag_pipeline.components', 'rag_pipeline.llm', 'dagster', 'docling') "
+            "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"

@@ -3,7 +3,8 @@
 A change of any of them makes a new generation, built into a new collection while queries keep using the active
 one. The registry (<data dir>/generations.json, replaced atomically) records every generation and which one is
 active: the pointer queries follow on the embedded store. On a Qdrant server the switch also moves a collection
-alias (RAG_QDRANT_ALIAS), so every client of the server follows it at once.
+alias (RAG_QDRANT_ALIAS), so every client of the server follows it at once. An entry point's settings
+(load_settings) are the RAG_* variables over what the active generation was built with.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from rag_pipeline.atomic_file import write_atomically
+from rag_pipeline.errors import ConfigError
 from rag_pipeline.file_lock import locked
 from rag_pipeline.index.vector_store import collection_name
-from rag_pipeline.settings import parse_chunking_id
+from rag_pipeline.settings import Settings, parse_chunking_id
 
 GENERATIONS_FILE = "generations.json"
 
@@ -140,3 +144,17 @@ class GenerationRegistry:
             return {}
         return parse_chunking_id(active.chunking_id) | {
             "embedding_runtime": active.embedding.get("embedding_runtime", "torch")}
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings of an entry point (the CLI's main, the API app, a Dagster resource): RAG_* variables and
+    `overrides`, then, for what neither sets, what the data dir's active index was built with. Build them once
+    there and pass them down. An invalid setting is a ConfigError naming it. (Here, not with the components, so
+    that the CLI has its settings before it imports them: `rag-pipeline ingest` starts docling's workers first.)"""
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as error:
+        problems = "; ".join(f"RAG_{'_'.join(map(str, problem['loc'])).upper() or 'SETTINGS'}: {problem['msg']}"
+                             for problem in error.errors())
+        raise ConfigError(f"invalid settings: {problems}") from None
+    return settings.deployed_on(GenerationRegistry(settings.data_dir).built_settings())

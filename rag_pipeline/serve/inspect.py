@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from rag_pipeline import components
 from rag_pipeline.errors import NotFound
 from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.settings import Settings
@@ -70,6 +69,8 @@ def inspect(settings: Settings, args: argparse.Namespace) -> tuple[list[dict[str
         return failed + refused, "failures"
     if args.view == "redactions":
         return sidecar.redaction_totals(), "redactions by kind"
+    from rag_pipeline import components  # here: the CLI's parser imports this module for every command
+
     registry = components.generations(settings)
     with registry.query_store() as store:
         info = store.info()

@@ -21,6 +21,7 @@ from rag_pipeline.errors import (
     RagError,
     Unavailable,
 )
+from rag_pipeline.index.generations import load_settings
 from rag_pipeline.serve.cli.admin import run_keys_create, run_keys_list, run_keys_revoke, run_mcp, run_serve
 from rag_pipeline.serve.cli.corpus import (
     run_forget,
@@ -231,8 +232,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     warnings.filterwarnings("ignore", message=".*is currently in beta")
     try:
-        from rag_pipeline.components import load_settings
-
         settings = load_settings(data_dir=args.data_dir)  # once: every command gets these
         return args.run(args, settings)
     except RagError as error:
