@@ -69,7 +69,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 # The layers, lowest first: a module may import modules of its own layer and of the layers below, never above.
 LAYERS: tuple[frozenset[str], ...] = tuple(frozenset(layer) for layer in (
-    {"settings", "errors", "retry", "sources_file", "file_lock", "atomic_file", "cpu"},  # configuration, errors, shared utilities
+    # configuration, errors, shared utilities
+    {"settings", "errors", "retry", "sources_file", "file_lock", "atomic_file", "cpu"},
     {"fields"},  # field kinds, typed values, the field registry
     {"embed", "index", "sidecar"},  # local embedders, the vector store, the metadata sidecar
     {"llm"},  # model servers (chat and embeddings; implements embed's interface)
