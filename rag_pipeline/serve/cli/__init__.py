@@ -34,6 +34,7 @@ from rag_pipeline.serve.cli.corpus import (
 )
 from rag_pipeline.serve.cli.quality import run_beir, run_eval, run_guard_eval
 from rag_pipeline.serve.cli.questions import run_ask, run_chat, run_fields, run_inspect, run_query, run_search
+from rag_pipeline.serve.cli.quick_exit import QuickExit
 from rag_pipeline.structured.operations import NAMES as OPERATION_NAMES
 from rag_pipeline.structured.operations import operation_help
 
@@ -227,7 +228,18 @@ def exit_code(error: RagError) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command in `argv`. Without `argv` (the `rag-pipeline` program itself: the command is sys.argv's), the
+    process ends right after the command, without the interpreter's teardown (see quick_exit)."""
     args = build_parser().parse_args(argv)
+    quick_exit = QuickExit() if argv is None else None
+    code = run_command(args)
+    if quick_exit is not None:
+        quick_exit.code = code
+    return code
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The parsed command's exit code; a RagError becomes its message on stderr (and JSON on stdout with --json)."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no model-loading bars in the output
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     warnings.filterwarnings("ignore", message=".*is currently in beta")
