@@ -18,7 +18,8 @@ from rag_pipeline.index.vector_store import IndexPoint, SparseVector, VectorStor
 from rag_pipeline.ingest.chunk import read_chunks
 from rag_pipeline.ingest.chunkers import contextual_text
 from rag_pipeline.ingest.stage import stores
-from rag_pipeline.ingest.vector_index import shard_batch
+from rag_pipeline.ingest import vector_index
+from rag_pipeline.ingest.vector_index import FIELD_LABELS, shard_batch, sync_field_labels
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 from rag_pipeline_tests.sidecar_sql import sql_rows
@@ -268,3 +269,32 @@ def test_vector_index_reads_sidecar_rows_for_whole_shards_about_label_batch_at_a
     assert shard_batch(by_shard, "0", 100) == ["0", "1", "2", "3"]
     assert shard_batch(by_shard, "3", 1) == ["3"]  # the first shard, whatever its size
     assert shard_batch(by_shard, "1", 1) == ["1", "2"]
+
+
+@pytest.mark.parametrize("label_batch", [vector_index.LABEL_BATCH, 3])
+def test_field_labels_are_synced_from_one_sidecar_read_per_batch_of_shards(
+        sample_index: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, label_batch: int) -> None:
+    """The roster step's relabelling reads the sidecar rows of many shards at once (a DuckDB start is 11-20 ms; it
+    was one per shard), and still puts back the labels of a document whose points lost them, in every batch."""
+    import duckdb
+
+    shutil.copytree(sample_index[1], tmp_path / "data")
+    rag = RagResource(data_dir=str(tmp_path / "data"))
+    settings, sidecar = rag.settings, rag.sidecar()
+    by_shard = sidecar.shas_by_shard()
+    assert len(by_shard) >= 8
+    shard, shas = sorted(by_shard.items())[-1]  # in the last batch
+    with rag.vector_store() as store:
+        right = store.shard_state(shard)[shas[0]]
+        store.relabel(shas[0], ["elsewhere.md"], [], right.sources, [])
+    sidecar.set_state(FIELD_LABELS, "stale")  # as after a roster change
+    monkeypatch.setattr(vector_index, "LABEL_BATCH", label_batch)
+    opened = []
+    connect = duckdb.connect
+    monkeypatch.setattr(duckdb, "connect", lambda *args, **kwargs: opened.append(args) or connect(*args, **kwargs))
+    with rag.live_stores() as live:
+        assert sync_field_labels(settings, sidecar, live) == 1
+    batches = -(-sum(map(len, by_shard.values())) // label_batch)
+    assert len(opened) <= 2 + min(batches, len(by_shard))  # the digest and the shards, each batch, the new digest
+    with rag.vector_store() as store:
+        assert store.shard_state(shard)[shas[0]] == right

@@ -220,16 +220,20 @@ def sync_field_labels(settings: Settings, sidecar: Sidecar, live: Sequence[Vecto
         digest = field_labels_digest(settings, sidecar)
         if sidecar.get_state(FIELD_LABELS) == digest:
             return 0
-        by_shard = sidecar.shas_by_shard()
-    relabelled = 0
-    for store in live:
-        changed = sum(relabel_to_match(store, shard, labelled_rows(settings, sidecar, shas))
-                      for shard, shas in sorted(by_shard.items()))
-        if changed:
+        by_shard = {shard: set(shas) for shard, shas in sorted(sidecar.shas_by_shard().items())}
+    changed = [0] * len(live)  # documents relabelled, per store
+    shards = list(by_shard)
+    while shards:  # the rows of about LABEL_BATCH documents at a time, in one read, for every store
+        batch = shard_batch(by_shard, shards[0], LABEL_BATCH)
+        del shards[:len(batch)]
+        rows = labelled_rows(settings, sidecar, sorted(sha for shard in batch for sha in by_shard[shard]))
+        for position, store in enumerate(live):
+            changed[position] += sum(relabel_to_match(store, shard, rows) for shard in batch)
+    for store, count in zip(live, changed):
+        if count:
             store.mark_changed()
-        relabelled += changed
     sidecar.set_state(FIELD_LABELS, digest)
-    return relabelled
+    return sum(changed)
 
 
 def chunk_mismatches(store: VectorStore, expected_by_shard: dict[str, dict[str, dict[str, str]]],
