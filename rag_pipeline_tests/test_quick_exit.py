@@ -71,9 +71,15 @@ def test_a_command_that_raises_exits_as_python_does(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_an_ingest_ended_quickly_is_complete_for_the_next_process(tmp_path: Path, corpus: Path) -> None:
-    """A real ingest through the program (docling's workers, the embedded store, the DuckDB sidecar, Dagster's
-    SQLite storage), then a search and an exact question in new processes."""
+def test_an_ingest_ended_quickly_is_complete_for_the_next_process(tmp_path: Path) -> None:
+    """A real ingest through the program (docling's workers for the HTML page, the embedded store, the DuckDB
+    sidecar, Dagster's SQLite storage), then a search and an exact question in new processes."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "pumps.md").write_text("# Pumps\n\nThe bilge pump seals are inspected every fortnight.\n")
+    (corpus / "valves.md").write_text("# Valves\n\nEvery valve is checked monthly by the engineer on duty.\n")
+    (corpus / "severity.html").write_text("<html><body><h1>Incident severity</h1><p>A SEV1 incident is a full "
+                                          "outage: page the incident commander.</p></body></html>")
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
@@ -86,12 +92,11 @@ def test_an_ingest_ended_quickly_is_complete_for_the_next_process(tmp_path: Path
 
     ingest = program("ingest", str(corpus))
     assert ingest.returncode == 0, ingest.stderr
-    added = json.loads(ingest.stdout)["added"]
-    assert added == sum(1 for path in corpus.rglob("*") if path.is_file())
+    assert json.loads(ingest.stdout)["added"] == 3
     assert not list(data.rglob("*.wal")), "a DuckDB file was left for the next process to replay"
-    search = program("search", "incident severity")
+    search = program("search", "who is paged for a full outage")
     assert search.returncode == 0, search.stderr
-    assert json.loads(search.stdout)["results"]
+    assert Path(json.loads(search.stdout)["results"][0]["path"]).name == "severity.html"
     count = program("query", "count")
     assert count.returncode == 0, count.stderr
-    assert json.loads(count.stdout)["rows"] == [{"count": added}]
+    assert json.loads(count.stdout)["rows"] == [{"count": 3}]
