@@ -298,3 +298,35 @@ def test_field_labels_are_synced_from_one_sidecar_read_per_batch_of_shards(
     assert len(opened) <= 2 + min(batches, len(by_shard))  # the digest and the shards, each batch, the new digest
     with rag.vector_store() as store:
         assert store.shard_state(shard)[shas[0]] == right
+
+
+def test_field_labels_that_fail_part_way_still_mark_the_store_changed(
+        sample_index: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Points relabelled before a failure are what the store holds: its index version moves, so that readers keyed
+    on it (the semantic cache) do not keep answering with the old labels."""
+    shutil.copytree(sample_index[1], tmp_path / "data")
+    rag = RagResource(data_dir=str(tmp_path / "data"))
+    settings, sidecar = rag.settings, rag.sidecar()
+    shard, shas = sorted(sidecar.shas_by_shard().items())[0]  # in the first batch, which is relabelled
+    with rag.vector_store() as store:
+        right = store.shard_state(shard)[shas[0]]
+        store.relabel(shas[0], ["elsewhere.md"], [], right.sources, [])
+    sidecar.set_state(FIELD_LABELS, "stale")
+    monkeypatch.setattr(vector_index, "LABEL_BATCH", 3)
+    batches = []
+    real = vector_index.labelled_rows
+
+    def failing_second_read(*args: object) -> dict[str, dict]:
+        batches.append(args)
+        if len(batches) == 2:
+            raise OSError("the sidecar went away")
+        return real(*args)
+
+    monkeypatch.setattr(vector_index, "labelled_rows", failing_second_read)
+    with rag.live_stores() as live:
+        before = live[0].index_version()
+        with pytest.raises(OSError, match="went away"):
+            sync_field_labels(settings, sidecar, live)
+        assert live[0].index_version() != before
+        assert live[0].shard_state(shard)[shas[0]] == right
+    assert sidecar.get_state(FIELD_LABELS) == "stale"  # the next roster step syncs them again

@@ -30,6 +30,9 @@ def probe(args, settings):
     kept = Teardown()
     if mode == "raise":
         raise RuntimeError("probe failed")
+    if mode == "short":  # stays in stdout's buffer until the final flush; the command succeeds
+        print("ok")
+        return 0
     print("x" * 300_000)
     return 3
 
@@ -59,6 +62,32 @@ def test_main_called_with_argv_returns_and_python_tears_down_as_usual(tmp_path: 
     assert done.returncode == 3, done.stderr
     assert done.stdout == "x" * 300_000 + "\n"
     assert "teardown ran" in done.stderr
+
+
+def test_output_that_cannot_be_written_is_reported_and_fails_the_exit(tmp_path: Path) -> None:
+    """The final flush of a command that succeeded fails (a full disk): the program says so and exits 120, as
+    Python's own exit does."""
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "data"), "short"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120, cwd=REPO,
+                              env={**environment, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 120
+    assert "rag-pipeline: could not write the output: [Errno 28] No space left on device" in done.stderr
+
+
+def test_the_cli_imports_nothing_whose_exit_handler_would_be_skipped() -> None:
+    """Exit handlers registered before the command runs are skipped by the quick exit: parsing a command must not
+    load multiprocessing (which ends the conversion and shard workers at exit) or make a weakref.finalize (which
+    removes temporary directories)."""
+    check = ("import sys, weakref\n"
+             "from rag_pipeline.serve import cli\n"
+             "cli.build_parser().parse_args(['ingest', '.'])\n"
+             "print('multiprocessing.util' in sys.modules, weakref.finalize._registered_with_atexit)")
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
 
 
 def test_a_command_that_raises_exits_as_python_does(tmp_path: Path) -> None:

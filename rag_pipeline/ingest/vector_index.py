@@ -223,12 +223,17 @@ def sync_field_labels(settings: Settings, sidecar: Sidecar, live: Sequence[Vecto
         by_shard = {shard: set(shas) for shard, shas in sorted(sidecar.shas_by_shard().items())}
     changed = [0] * len(live)  # documents relabelled, per store
     shards = list(by_shard)
-    while shards:  # the rows of about LABEL_BATCH documents at a time, in one read, for every store
-        batch = shard_batch(by_shard, shards[0], LABEL_BATCH)
-        del shards[:len(batch)]
-        rows = labelled_rows(settings, sidecar, sorted(sha for shard in batch for sha in by_shard[shard]))
-        for position, store in enumerate(live):
-            changed[position] += sum(relabel_to_match(store, shard, rows) for shard in batch)
+    try:
+        while shards:  # the rows of about LABEL_BATCH documents at a time, in one read, for every store
+            batch = shard_batch(by_shard, shards[0], LABEL_BATCH)
+            del shards[:len(batch)]
+            rows = labelled_rows(settings, sidecar, sorted(sha for shard in batch for sha in by_shard[shard]))
+            for position, store in enumerate(live):
+                changed[position] += sum(relabel_to_match(store, shard, rows) for shard in batch)
+    except BaseException:  # part way: any store may hold relabelled points, which its readers (the semantic
+        for store in live:  # cache) must see
+            store.mark_changed()
+        raise
     for store, count in zip(live, changed):
         if count:
             store.mark_changed()

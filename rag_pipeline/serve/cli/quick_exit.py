@@ -2,7 +2,7 @@
 
 Once a command has returned, Python still tears down every module it imported (Dagster, docling, torch, ONNX
 Runtime, DuckDB): a garbage collection over the whole heap and the freeing of every object. That is ~0.3 s after a
-search and ~0.5-0.9 s after the sample corpus's ingest on 2 cores, while the user waits for the prompt and nothing
+search and ~1 s after the sample corpus's ingest on 2 cores, while the user waits for the prompt and nothing
 is left to do. Nothing is lost by skipping it: every store the commands open is closed by a `with` block before
 the command returns.
 
@@ -10,7 +10,9 @@ the command returns.
 non-daemon threads before it runs any exit handler, and runs them newest first, so every handler a library
 registered during the command (temporary directories, multiprocessing's children, file locks, Dagster's) has run
 by then. It closes logging's handlers, flushes the standard streams and ends the process with the command's exit
-code. Without a code (the command raised), Python exits as usual.
+code (120, as Python's own exit, when the output could not be written). Without a code (the command raised),
+Python exits as usual. Handlers registered before the command (at import time) would not run: the CLI's imports
+must not load multiprocessing or make a weakref.finalize (test_quick_exit checks both).
 """
 
 from __future__ import annotations
@@ -32,9 +34,14 @@ class QuickExit:
         if self.code is None:
             return
         logging.shutdown()  # registered before this handler (at logging's import), so it would not run after it
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):  # a closed pipe (`| head`) or stream: nothing more can reach it
-                pass
-        os._exit(self.code)
+        code = self.code
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError) as error:  # a full disk, a closed pipe: the output is lost, so say so
+            print(f"rag-pipeline: could not write the output: {error}", file=sys.stderr)
+            code = code or 120  # what Python exits with when its own final flush fails
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass  # nowhere left to report it
+        os._exit(code)
