@@ -4,10 +4,42 @@ either, and a failed write leaves no temporary file behind."""
 
 from __future__ import annotations
 
+import itertools
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+# Temporary names are this process's id and a count: an ingest writes several files per document, and drawing
+# mkstemp's random names and opening the file a second time to write it cost three times the write itself.
+_TEMPORARY_COUNT = itertools.count()
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)  # O_EXCL: never through a link
+
+
+def _new_temporary(folder: Path, target_name: str, mode: int) -> tuple[int, Path]:
+    """A new temporary file in `folder` for `target_name`, open for writing, with permissions `mode`: its descriptor
+    and path (a name a killed process left with this process's id is skipped)."""
+    while True:
+        temporary = folder / f".{target_name}.{os.getpid()}.{next(_TEMPORARY_COUNT)}.tmp"
+        try:
+            handle = os.open(temporary, _NEW_FILE, mode)
+        except FileExistsError:
+            continue
+        try:
+            os.fchmod(handle, mode)  # open's mode is narrowed by the umask
+        except BaseException:
+            os.close(handle)
+            temporary.unlink(missing_ok=True)
+            raise
+        return handle, temporary
+
+
+def _sync_folder(target: Path) -> None:
+    """Put the rename of `target` on disk."""
+    folder = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def replace_file(target: Path, write: Callable[[Path], None], *, mode: int = 0o600, durable: bool = False,
@@ -16,12 +48,11 @@ def replace_file(target: Path, write: Callable[[Path], None], *, mode: int = 0o6
     and the rename are on disk when this returns (a power loss leaves the old file or the new one).
     `temporary_dir`: where the temporary file is made (default: beside `target`; it must be on the same file
     system), for a target in a folder others watch or read."""
-    handle, name = tempfile.mkstemp(dir=temporary_dir or target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    handle, temporary = _new_temporary(temporary_dir or target.parent, target.name, mode)
     os.close(handle)
-    temporary = Path(name)
     try:
         write(temporary)
-        os.chmod(temporary, mode)
+        os.chmod(temporary, mode)  # `write` may have made the file anew
         if durable:
             with temporary.open("rb") as written:
                 os.fsync(written.fileno())
@@ -30,16 +61,26 @@ def replace_file(target: Path, write: Callable[[Path], None], *, mode: int = 0o6
         temporary.unlink(missing_ok=True)
         raise
     if durable:
-        folder = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(folder)
-        finally:
-            os.close(folder)
+        _sync_folder(target)
 
 
 def write_atomically(target: Path, data: bytes | str, *, mode: int = 0o600, durable: bool = False,
                      temporary_dir: Path | None = None) -> None:
-    """Replace `target` with `data` (str as UTF-8) as replace_file does."""
-    content = data.encode("utf-8") if isinstance(data, str) else data
-    replace_file(target, lambda temporary: temporary.write_bytes(content), mode=mode, durable=durable,
-                 temporary_dir=temporary_dir)
+    """Replace `target` with `data` (str as UTF-8) as replace_file does, writing through the temporary file's own
+    descriptor."""
+    content = memoryview(data.encode("utf-8") if isinstance(data, str) else data)
+    handle, temporary = _new_temporary(temporary_dir or target.parent, target.name, mode)
+    try:
+        try:
+            while content:
+                content = content[os.write(handle, content):]
+            if durable:
+                os.fsync(handle)
+        finally:
+            os.close(handle)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    if durable:
+        _sync_folder(target)

@@ -1,14 +1,19 @@
 """Files replaced whole (rag_pipeline/atomic_file.py): the target holds the old content or the new, with the asked
-permissions; a write that fails leaves the old content and no temporary file; the temporary file can be made in
-another folder (uploads make theirs outside every source's folder)."""
+permissions whatever the umask; a write that fails, even part way, leaves the old content and no temporary file; a
+temporary file a killed process left is neither reused nor removed; the temporary file can be made in another folder
+(uploads make theirs outside every source's folder)."""
 
 from __future__ import annotations
 
+import errno
+import itertools
+import os
 import stat
 from pathlib import Path
 
 import pytest
 
+from rag_pipeline import atomic_file
 from rag_pipeline.atomic_file import replace_file, write_atomically
 
 
@@ -50,3 +55,46 @@ def test_the_temporary_file_is_made_where_asked(tmp_path: Path) -> None:
     replace_file(source / "report.pdf", write, temporary_dir=incoming, durable=True)
     assert seen == [(incoming, [])]  # a watcher of the source folder never sees a partial file
     assert (source / "report.pdf").read_bytes() == b"%PDF-1.7" and not list(incoming.iterdir())
+
+
+def test_the_asked_mode_holds_under_any_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o077)
+    try:
+        write_atomically(tmp_path / "upload.pdf", b"%PDF", mode=0o640)
+        replace_file(tmp_path / "model.onnx", lambda temporary: temporary.write_bytes(b"onnx"), mode=0o644)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "upload.pdf").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "model.onnx").stat().st_mode) == 0o644
+
+
+def test_a_temporary_file_a_killed_process_left_is_passed_over_and_kept(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(atomic_file, "_TEMPORARY_COUNT", itertools.count())
+    leftover = tmp_path / f".state.json.{os.getpid()}.0.tmp"  # a dead process that had this process's id
+    leftover.write_text("left by a kill")
+    write_atomically(tmp_path / "state.json", "new")
+    assert (tmp_path / "state.json").read_text() == "new"
+    assert sorted(path.name for path in tmp_path.iterdir()) == [leftover.name, "state.json"]
+    assert leftover.read_text() == "left by a kill"
+
+
+def test_a_write_that_fails_part_way_leaves_the_old_content_and_no_temporary_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "chunks.jsonl"
+    target.write_text("old")
+    written = []
+
+    def short_then_full(handle: int, data: memoryview) -> int:  # the disk fills after a short write
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(real_write(handle, data[:3]))
+        return written[-1]
+
+    real_write = os.write
+    monkeypatch.setattr(atomic_file.os, "write", short_then_full)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomically(target, b"x" * 100_000)
+    assert written == [3]
+    assert target.read_text() == "old"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["chunks.jsonl"]
