@@ -1,7 +1,8 @@
 """Connections of one process to the sidecar's DuckDB file: inside a kept() block the read-write ones share one
 database instance and the file is free again (checkpointed) when the block ends; outside one, every connection opens
 and closes the file itself; read-write and read-only connections of many threads take turns without a configuration
-clash, inside a block or not."""
+clash, inside a block or not; a connection waits for another process's hold on the file, trying again soon and then
+less often."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rag_pipeline.sidecar import connection
 from rag_pipeline.sidecar.connection import SidecarFile
 
 # Another process: opens the file read-write at its first try (no retry), adds a row.
@@ -116,3 +118,22 @@ def test_a_block_that_ends_while_another_thread_is_connected_lets_go_after_that_
     other_process_writes(sidecar)  # its close let the file go
     with sidecar.connect() as con:
         assert con.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,), (3,)]
+
+
+def test_a_connection_waits_for_another_process_s_hold_trying_soon_then_less_often(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sidecar = SidecarFile(tmp_path / "sidecar.duckdb")
+    mark_instance(sidecar)
+    holder = subprocess.Popen(  # a shard worker's transaction, held for a second
+        [sys.executable, "-c", "import sys, time, duckdb; con = duckdb.connect(sys.argv[1]); "
+         "con.execute('INSERT INTO t VALUES (3)'); print('held', flush=True); time.sleep(1); con.close()",
+         str(sidecar.path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    pauses: list[float] = []
+    real_sleep = connection.time.sleep
+    monkeypatch.setattr(connection.time, "sleep", lambda seconds: (pauses.append(seconds), real_sleep(seconds)))
+    with sidecar.connect() as con:
+        assert sorted(row[0] for row in con.execute("SELECT x FROM t").fetchall()) == [1, 3]
+    assert holder.wait(timeout=60) == 0
+    assert pauses[:5] == [0.01, 0.02, 0.04, 0.08, 0.16]  # the first tries come soon after a short hold ends
+    assert set(pauses[5:]) == {0.2}  # then five a second
