@@ -1,6 +1,7 @@
 """Parallel shard runs (RAG_INGEST_WORKERS): the per-document stages of contiguous shard ranges run in worker
 processes at once and end in the same index as one worker; a worker killed in the middle of its range loses
-nothing (the range runs again), leaves no duplicate or orphan point and the summary counts every document once."""
+nothing (the range runs again), leaves no duplicate or orphan point and the summary counts every document once; the
+workers' forkserver starts before discovery when a given folder has new or changed files."""
 
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.components import load_settings
+from rag_pipeline.defs import ingest_runner
 from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.partitions import shard_ranges
+from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.ingest.stage import stores
 
 from .conftest import REPO
@@ -199,3 +202,32 @@ def test_a_second_ingest_names_the_running_one_and_corrupts_nothing(tmp_path: Pa
     output, _ = first.communicate(timeout=600)
     assert first.returncode == 0 and json.loads(output)["added"] == DOCUMENTS
     assert_index_agrees(data_dir)
+
+
+def test_the_workers_forkserver_starts_before_discovery_only_for_new_or_changed_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With several workers, the forkserver starts before the lock and discovery when a given folder holds a file
+    that is new or changed since the last scan (its imports then overlap them); not for a folder the last scan
+    saw as it is, nor with one worker."""
+    root, data_dir = tmp_path / "docs", tmp_path / "data"
+    root.mkdir()
+    note = root / "note.md"
+    note.write_text("# Note\n\nA new note.\n")
+    started: list[int] = []
+    monkeypatch.setattr(ingest_runner, "start_shard_workers_forkserver", lambda: started.append(1))
+
+    def starts_early(workers: int) -> bool:
+        monkeypatch.setenv("RAG_INGEST_WORKERS", str(workers))
+        started.clear()
+        ingest_runner.start_shard_workers_early(RagResource(roots=[str(root)], data_dir=str(data_dir)))
+        return bool(started)
+
+    assert starts_early(2) and not starts_early(1)  # never scanned
+    monkeypatch.setenv("RAG_INGEST_WORKERS", "1")
+    assert ingest([root], data_dir)["added"] == 1
+    assert not starts_early(2)  # the scan saw it as it is
+    note.write_text("# Note\n\nEdited since the scan.\n")
+    assert starts_early(2) and not starts_early(1)
+    (root / "notes.rtf").write_text("not a type that is ingested")
+    note.unlink()
+    assert not starts_early(2)

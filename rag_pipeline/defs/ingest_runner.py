@@ -43,6 +43,7 @@ from rag_pipeline.defs.shard_workers import ShardWorkers, start_shard_workers_fo
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.convert import start_conversion_workers
+from rag_pipeline.ingest.discover import files_since_scan
 from rag_pipeline.ingest.membership import forget_source
 from rag_pipeline.ingest.plan import docling_pending, pending_shards, pending_work
 from rag_pipeline.ingest.summary import IngestSummary
@@ -113,10 +114,21 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
         add_roots=add_roots,
     )
     settings = rag.settings
+    start_shard_workers_early(rag)
     with exclusive_ingest(settings.data_dir), held_store(rag):
         if forget is not None:
             forget_source(settings, rag.sidecar(), forget)
         return locked_ingest(rag, started)
+
+
+def start_shard_workers_early(rag: RagResource) -> None:
+    """With RAG_INGEST_WORKERS > 1, start the shard workers' forkserver before the lock, discovery and the diff when a
+    given folder holds a file that is new or changed since the last scan (a look that hashes nothing): its imports
+    (Dagster and the pipeline, ~2 s of a core) then overlap them, and the workers are ready when raw_documents ends.
+    A wrong guess costs an idle forkserver, or conversion workers that import docling themselves."""
+    if rag.settings.ingest_workers > 1 and rag.roots and any(
+            sha is None for *_, sha in files_since_scan(rag.settings, rag.roots)):
+        start_shard_workers_forkserver()
 
 
 def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
@@ -129,7 +141,8 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     with rag.vector_store() as store:
         shards = pending_shards(settings, manifest, sidecar, store)
     runs = shard_runs(shards)
-    # The forkserver the workers fork from imports what they need in the background, while the Dagster run starts.
+    # The forkserver the workers fork from imports what they need in the background, while the Dagster run starts
+    # (neither call has an effect once this process's forkserver runs: see start_shard_workers_early).
     if settings.ingest_workers > 1 and any(len(run) > 1 for run in runs):
         start_shard_workers_forkserver()  # Dagster and the pipeline (~2 s), during the raw_documents run
     elif docling_pending(settings, manifest, shards):

@@ -59,7 +59,9 @@ class RangeRun:
 def start_worker(next_core: Synchronized, cores: list[int], environment: dict[str, str],
                  resource: dict[str, object]) -> None:
     """A worker's start: pin to the next of the ingest's cores, take the ingest's RAG_* and DAGSTER_* variables (a
-    forkserver's children inherit its start-up environment, not the current one), load the local embedding model."""
+    forkserver's children inherit its start-up environment, not the current one), load the local embedding model
+    and Dagster's instance storage (its first instance takes ~0.4 s of imports): both while the ingest process runs
+    raw_documents, not at the start of the worker's first range."""
     with next_core.get_lock():
         index, next_core.value = next_core.value, next_core.value + 1
     if hasattr(os, "sched_setaffinity"):
@@ -73,6 +75,8 @@ def start_worker(next_core: Synchronized, cores: list[int], environment: dict[st
             rag.embedder()  # kept for the process (components.embedder); a failure shows in the embeddings step
         except Exception:
             pass
+    with dagster_instance():
+        pass
 
 
 def run_range(resource: dict[str, object], shards: list[str]) -> RangeRun:

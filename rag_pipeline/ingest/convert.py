@@ -8,7 +8,6 @@ records why and never stops the others. The title reaches the sidecar through th
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -19,8 +18,8 @@ from tqdm import tqdm
 from rag_pipeline.cpu import usable_cores
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
 from rag_pipeline.ingest.converters import ConversionError, ConvertedDocument, DocumentConverter, PdfPipeline
-from rag_pipeline.ingest.discover import dedupe_roots, load_hash_cache, walk
-from rag_pipeline.ingest.formats import format_of, format_of_path
+from rag_pipeline.ingest.discover import files_since_scan
+from rag_pipeline.ingest.formats import format_of
 from rag_pipeline.ingest.limits import ConversionLimits
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool, start_forkserver
@@ -68,28 +67,15 @@ def conversions_ahead(settings: Settings, roots: Iterable[Path | str]) -> bool:
     Markdown nor a recorded outcome yet. A look that hashes nothing, so that the CLI can start the conversion
     workers before its own imports: a wrong guess (a file discovery will refuse or a corpus rule exclude, a hash
     cache it cannot read) costs an idle forkserver or a later start, never a result."""
-    try:
-        cache = load_hash_cache(settings)
-    except OSError:
-        return True  # discovery reports it
     markdown = stores(settings)["markdown"]
-    for root in dedupe_roots(roots):
-        for path, refusal, exclusion in walk(root, settings.ignore, settings.extensions):
-            fmt = format_of_path(path)
-            if refusal or exclusion or fmt is None or not fmt.uses_docling:
-                continue
-            try:
-                stat = path.stat()  # a file symlink's target, which the cache is keyed by
-            except OSError:
-                continue
-            if not 0 < stat.st_size <= settings.max_file_bytes:
-                continue  # refused by discovery
-            size, mtime_ns, sha = cache.get(os.path.realpath(path), (None, None, ""))
-            if (size, mtime_ns) != (stat.st_size, stat.st_mtime_ns):
-                return True
-            shard = settings.shard_of(sha)
-            if not any(markdown.exists(shard, sha, suffix) for suffix in CONVERTED):
-                return True
+    for _, fmt, sha in files_since_scan(settings, roots):
+        if not fmt.uses_docling:
+            continue
+        if sha is None:
+            return True
+        shard = settings.shard_of(sha)
+        if not any(markdown.exists(shard, sha, suffix) for suffix in CONVERTED):
+            return True
     return False
 
 

@@ -265,6 +265,29 @@ def load_hash_cache(settings: Settings) -> HashCache:
         return {}
 
 
+def files_since_scan(settings: Settings, roots: Iterable[Path | str]) -> Iterator[tuple[Path, Format, str | None]]:
+    """A look that hashes nothing, before discovery: each file under `roots` that discovery would hash, as (path,
+    format, its SHA-256 as the last scan recorded it, or None when it is new or changed since). Corpus rules are
+    not applied, and an unreadable hash cache counts every file as new."""
+    try:
+        cache = load_hash_cache(settings)
+    except OSError:
+        cache = {}
+    for root in dedupe_roots(roots):
+        for path, refusal, exclusion in walk(root, settings.ignore, settings.extensions):
+            fmt = format_of_path(path)
+            if refusal or exclusion or fmt is None:
+                continue
+            try:
+                stat = path.stat()  # a file symlink's target, which the cache is keyed by
+            except OSError:
+                continue
+            if not 0 < stat.st_size <= settings.max_file_bytes:
+                continue  # refused by discovery
+            size, mtime_ns, sha = cache.get(os.path.realpath(path), (None, None, ""))
+            yield path, fmt, sha if (size, mtime_ns) == (stat.st_size, stat.st_mtime_ns) else None
+
+
 def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_cache: bool = True,
                      require_roots: bool = True) -> dict[str, Manifest]:
     """Each source's manifest: its roots under the configured ignore patterns, extensions and size limit and the
