@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 # Temporary names are this process's id and a count: an ingest writes several files per document, and drawing
@@ -42,26 +43,34 @@ def _sync_folder(target: Path) -> None:
         os.close(folder)
 
 
-def replace_file(target: Path, write: Callable[[Path], None], *, mode: int = 0o600, durable: bool = False,
-                 temporary_dir: Path | None = None) -> None:
-    """`write(temporary path)`, then the temporary file (permissions `mode`) becomes `target`. `durable`: the content
-    and the rename are on disk when this returns (a power loss leaves the old file or the new one).
-    `temporary_dir`: where the temporary file is made (default: beside `target`; it must be on the same file
-    system), for a target in a folder others watch or read."""
-    handle, temporary = _new_temporary(temporary_dir or target.parent, target.name, mode)
-    os.close(handle)
+@contextmanager
+def _becoming(target: Path, temporary: Path, durable: bool) -> Iterator[None]:
+    """Around the block that writes `temporary`: rename it over `target` when the block ends (then, `durable`,
+    put the rename on disk), remove it when the block raises."""
     try:
-        write(temporary)
-        os.chmod(temporary, mode)  # `write` may have made the file anew
-        if durable:
-            with temporary.open("rb") as written:
-                os.fsync(written.fileno())
+        yield
         os.replace(temporary, target)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
     if durable:
         _sync_folder(target)
+
+
+def replace_file(target: Path, write: Callable[[Path], None], *, mode: int = 0o600, durable: bool = False,
+                 temporary_dir: Path | None = None) -> None:
+    """`write(temporary path)`, then the temporary file (permissions `mode`) becomes `target`. `durable`: the content
+    and the rename are on disk when this returns (a power loss leaves the old file or the new one).
+    `temporary_dir`: where the temporary file is made (default: beside `target`; it must be on the same file
+    system), for a target in a folder others watch or read."""
+    handle, temporary = _new_temporary(temporary_dir or target.parent, target.name, 0o600)  # writable by `write`
+    os.close(handle)
+    with _becoming(target, temporary, durable):
+        write(temporary)
+        os.chmod(temporary, mode)
+        if durable:
+            with temporary.open("rb") as written:
+                os.fsync(written.fileno())
 
 
 def write_atomically(target: Path, data: bytes | str, *, mode: int = 0o600, durable: bool = False,
@@ -70,7 +79,7 @@ def write_atomically(target: Path, data: bytes | str, *, mode: int = 0o600, dura
     descriptor."""
     content = memoryview(data.encode("utf-8") if isinstance(data, str) else data)
     handle, temporary = _new_temporary(temporary_dir or target.parent, target.name, mode)
-    try:
+    with _becoming(target, temporary, durable):
         try:
             while content:
                 content = content[os.write(handle, content):]
@@ -78,9 +87,3 @@ def write_atomically(target: Path, data: bytes | str, *, mode: int = 0o600, dura
                 os.fsync(handle)
         finally:
             os.close(handle)
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    if durable:
-        _sync_folder(target)

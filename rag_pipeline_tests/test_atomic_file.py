@@ -1,7 +1,8 @@
 """Files replaced whole (rag_pipeline/atomic_file.py): the target holds the old content or the new, with the asked
 permissions whatever the umask; a write that fails, even part way, leaves the old content and no temporary file; a
-temporary file a killed process left is neither reused nor removed; the temporary file can be made in another folder
-(uploads make theirs outside every source's folder)."""
+temporary file a killed process left is neither reused nor removed; a writer that opens the temporary file again
+can write it whatever the final mode; the temporary file can be made in another folder (uploads make theirs outside
+every source's folder)."""
 
 from __future__ import annotations
 
@@ -79,22 +80,42 @@ def test_a_temporary_file_a_killed_process_left_is_passed_over_and_kept(tmp_path
     assert leftover.read_text() == "left by a kill"
 
 
+class FillingDisk:
+    """The os module as atomic_file sees it, on a disk that fills after one short write."""
+
+    def __init__(self) -> None:
+        self.written: list[int] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def write(self, handle: int, data: memoryview) -> int:
+        if self.written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.written.append(os.write(handle, data[:3]))
+        return self.written[-1]
+
+
 def test_a_write_that_fails_part_way_leaves_the_old_content_and_no_temporary_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "chunks.jsonl"
     target.write_text("old")
-    written = []
-
-    def short_then_full(handle: int, data: memoryview) -> int:  # the disk fills after a short write
-        if written:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        written.append(real_write(handle, data[:3]))
-        return written[-1]
-
-    real_write = os.write
-    monkeypatch.setattr(atomic_file.os, "write", short_then_full)
+    disk = FillingDisk()
+    monkeypatch.setattr(atomic_file, "os", disk)
     with pytest.raises(OSError, match="No space left"):
         write_atomically(target, b"x" * 100_000)
-    assert written == [3]
+    assert disk.written == [3]
     assert target.read_text() == "old"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["chunks.jsonl"]
+
+
+def test_a_writer_that_opens_the_temporary_file_again_may_write_it_whatever_the_final_mode(tmp_path: Path) -> None:
+    target, modes = tmp_path / "model.onnx", []
+
+    def write(temporary: Path) -> None:
+        modes.append(stat.S_IMODE(temporary.stat().st_mode))  # root would write through 0444 anyway: look at it
+        temporary.write_bytes(b"read only once made")
+
+    replace_file(target, write, mode=0o444)
+    assert modes == [0o600]
+    assert target.read_bytes() == b"read only once made" and stat.S_IMODE(target.stat().st_mode) == 0o444

@@ -206,12 +206,12 @@ def test_a_second_ingest_names_the_running_one_and_corrupts_nothing(tmp_path: Pa
 
 def test_the_workers_forkserver_starts_before_discovery_only_for_new_or_changed_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With several workers, the forkserver starts before the lock and discovery when a given folder holds a file
-    that is new or changed since the last scan (its imports then overlap them); not for a folder the last scan
-    saw as it is, nor with one worker."""
+    """With several workers, the forkserver starts before the lock and discovery when given folders hold two or more
+    files that are new or changed since the last scan (its imports then overlap them); not for one such file (one
+    shard's work, which no worker runs), nor for folders the last scan saw as they are, nor with one worker."""
     root, data_dir = tmp_path / "docs", tmp_path / "data"
     root.mkdir()
-    note = root / "note.md"
+    note, other = root / "note.md", root / "other.txt"
     note.write_text("# Note\n\nA new note.\n")
     started: list[int] = []
     monkeypatch.setattr(ingest_runner, "start_shard_workers_forkserver", lambda: started.append(1))
@@ -222,12 +222,17 @@ def test_the_workers_forkserver_starts_before_discovery_only_for_new_or_changed_
         ingest_runner.start_shard_workers_early(RagResource(roots=[str(root)], data_dir=str(data_dir)))
         return bool(started)
 
+    assert not starts_early(2)  # one new file: one shard
+    other.write_text("Another new file.\n")
     assert starts_early(2) and not starts_early(1)  # never scanned
     monkeypatch.setenv("RAG_INGEST_WORKERS", "1")
-    assert ingest([root], data_dir)["added"] == 1
-    assert not starts_early(2)  # the scan saw it as it is
+    assert ingest([root], data_dir)["added"] == 2
+    assert not starts_early(2)  # the scan saw them as they are
     note.write_text("# Note\n\nEdited since the scan.\n")
+    assert not starts_early(2)
+    other.write_text("Edited too.\n")
     assert starts_early(2) and not starts_early(1)
     (root / "notes.rtf").write_text("not a type that is ingested")
+    (root / "empty.md").write_text("")  # refused by discovery
     note.unlink()
     assert not starts_early(2)

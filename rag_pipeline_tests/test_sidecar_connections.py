@@ -9,9 +9,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -124,16 +126,23 @@ def test_a_connection_waits_for_another_process_s_hold_trying_soon_then_less_oft
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sidecar = SidecarFile(tmp_path / "sidecar.duckdb")
     mark_instance(sidecar)
-    holder = subprocess.Popen(  # a shard worker's transaction, held for a second
-        [sys.executable, "-c", "import sys, time, duckdb; con = duckdb.connect(sys.argv[1]); "
-         "con.execute('INSERT INTO t VALUES (3)'); print('held', flush=True); time.sleep(1); con.close()",
-         str(sidecar.path)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    holder = subprocess.Popen(  # a shard worker's transaction, held until this test lets it go
+        [sys.executable, "-c", "import sys, duckdb; con = duckdb.connect(sys.argv[1]); "
+         "con.execute('INSERT INTO t VALUES (3)'); print('held', flush=True); sys.stdin.readline(); con.close()",
+         str(sidecar.path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdin is not None and holder.stdout is not None and holder.stdout.readline() == "held\n"
     pauses: list[float] = []
-    real_sleep = connection.time.sleep
-    monkeypatch.setattr(connection.time, "sleep", lambda seconds: (pauses.append(seconds), real_sleep(seconds)))
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 7:
+            holder.stdin.write("go\n")  # type: ignore[union-attr]
+            holder.stdin.flush()  # type: ignore[union-attr]
+        time.sleep(seconds)
+
+    monkeypatch.setattr(connection, "time", SimpleNamespace(monotonic=time.monotonic, sleep=pause))
     with sidecar.connect() as con:
         assert sorted(row[0] for row in con.execute("SELECT x FROM t").fetchall()) == [1, 3]
     assert holder.wait(timeout=60) == 0
-    assert pauses[:5] == [0.01, 0.02, 0.04, 0.08, 0.16]  # the first tries come soon after a short hold ends
-    assert set(pauses[5:]) == {0.2}  # then five a second
+    assert pauses[:7] == [0.01, 0.02, 0.04, 0.08, 0.16, 0.2, 0.2]  # soon after a short hold ends, then 5 a second
+    assert set(pauses[7:]) <= {0.2}

@@ -75,7 +75,10 @@ def start_worker(next_core: Synchronized, cores: list[int], environment: dict[st
             rag.embedder()  # kept for the process (components.embedder); a failure shows in the embeddings step
         except Exception:
             pass
-    with dagster_instance():
+    try:  # a failing initializer breaks the whole pool, naming no cause: run_range meets the failure and reports it
+        with dagster_instance():
+            pass
+    except Exception:
         pass
 
 

@@ -266,7 +266,7 @@ def load_hash_cache(settings: Settings) -> HashCache:
 
 
 def files_since_scan(settings: Settings, roots: Iterable[Path | str]) -> Iterator[tuple[Path, Format, str | None]]:
-    """A look that hashes nothing, before discovery: each file under `roots` that discovery would hash, as (path,
+    """A look that hashes nothing, before discovery: each file under `roots` that discovery would inspect, as (path,
     format, its SHA-256 as the last scan recorded it, or None when it is new or changed since). Corpus rules are
     not applied, and an unreadable hash cache counts every file as new."""
     try:
