@@ -103,6 +103,13 @@ def sniff(path: Path, fmt: Format) -> None:
         raise RefusedFile(reason)
 
 
+def cached_sha(cache: HashCache, key: str, stat: os.stat_result) -> str | None:
+    """The SHA-256 the hash cache holds for the file `key` while its size and mtime are still those it was hashed
+    with; None when it is new or changed since."""
+    cached = cache.get(key)
+    return cached[2] if cached and (cached[0], cached[1]) == (stat.st_size, stat.st_mtime_ns) else None
+
+
 def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | None = None) -> SourceFile:
     """Validate one candidate file (found by walking `root`, a resolved folder) and hash it; raise RefusedFile with
     a human reason."""
@@ -132,9 +139,9 @@ def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | N
                 f"too large: {stat.st_size:,} bytes exceeds the limit of {max_file_bytes:,} bytes (RAG_MAX_FILE_BYTES)"
             )
         key = str(resolved)
-        cached = cache.get(key) if cache is not None else None
-        if cached and cached[0] == stat.st_size and cached[1] == stat.st_mtime_ns:
-            sha = cached[2]
+        cached = cached_sha(cache, key, stat) if cache is not None else None
+        if cached is not None:
+            sha = cached
         else:
             sniff(resolved, fmt)
             sha = sha256_file(resolved)
@@ -284,8 +291,7 @@ def files_since_scan(settings: Settings, roots: Iterable[Path | str]) -> Iterato
                 continue
             if not 0 < stat.st_size <= settings.max_file_bytes:
                 continue  # refused by discovery
-            size, mtime_ns, sha = cache.get(os.path.realpath(path), (None, None, ""))
-            yield path, fmt, sha if (size, mtime_ns) == (stat.st_size, stat.st_mtime_ns) else None
+            yield path, fmt, cached_sha(cache, os.path.realpath(path), stat)
 
 
 def discover_sources(settings: Settings, specs: Sequence[SourceSpec], *, save_cache: bool = True,
