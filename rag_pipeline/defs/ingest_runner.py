@@ -153,7 +153,7 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     if settings.ingest_workers > 1 and any(len(run) > 1 for run in runs):
         start_shard_workers_forkserver()  # Dagster and the pipeline (~2 s), during the raw_documents run
     elif docling_pending(settings, manifest, shards):
-        start_conversion_workers()  # docling (~2.5 s), for the conversions in this process
+        start_conversion_workers()  # docling (~2.4 s), for the conversions in this process
     summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs], paths_before=sidecar.first_paths())
     generations = rag.generations()
     target = generations.target()

@@ -23,7 +23,7 @@ def check_roots(roots: list[str]) -> None:
 
 def start_conversions_early(args: argparse.Namespace, settings: Settings) -> bool:
     """Start docling's conversion workers now when the folders hold work for them, before Dagster is imported: their
-    import of docling (~3 s of a core) then overlaps Dagster's and the discovery. Not with shard workers
+    import of docling (~2.4 s of a core) then overlaps Dagster's and the discovery. Not with shard workers
     (RAG_INGEST_WORKERS > 1): they need this process's forkserver for their own preload."""
     from rag_pipeline.ingest.convert import conversions_ahead, start_conversion_workers
 

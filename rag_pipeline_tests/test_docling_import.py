@@ -1,0 +1,49 @@
+"""The conversion workers import docling without transformers (rag_pipeline/ingest/docling_import.py), and a later
+import of transformers in the same process still loads it. Each test runs a fresh interpreter: what a module import
+leaves in sys.modules is the behaviour under test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_python(script: str) -> list[str]:
+    """The lines a fresh interpreter prints running `script` from the repository root."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180, cwd=REPO,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.split("\n")[:-1]
+
+
+def loaded_modules_handler() -> Callable[[Sequence[str]], list[bool]]:
+    """A worker handler (importable by name, so picklable): which of the given modules the worker has loaded."""
+    return lambda names: [name in sys.modules for name in names]
+
+
+def test_docling_is_imported_without_transformers_which_still_loads_afterwards() -> None:
+    lines = run_python("""
+import sys
+import rag_pipeline.ingest.docling_import
+print("docling.document_converter" in sys.modules, "transformers" in sys.modules)
+from transformers import StoppingCriteria
+print(StoppingCriteria.__module__)
+""")
+    assert lines == ["True False", "transformers.generation.stopping_criteria"]
+
+
+def test_the_conversion_workers_have_docling_loaded_and_not_transformers() -> None:
+    lines = run_python("""
+from rag_pipeline.ingest.convert import PRELOAD, start_conversion_workers
+from rag_pipeline.ingest.worker_pool import WorkerPool
+from rag_pipeline_tests.test_docling_import import loaded_modules_handler
+start_conversion_workers()
+with WorkerPool(1, loaded_modules_handler, 60, preload=PRELOAD) as pool:
+    print(list(pool.run([["docling.document_converter", "transformers"]])))
+""")
+    assert lines == ["[(0, [True, False])]"]
