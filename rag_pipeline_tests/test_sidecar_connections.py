@@ -2,7 +2,7 @@
 database instance and the file is free again (checkpointed) when the block ends; outside one, every connection opens
 and closes the file itself; read-write and read-only connections of many threads take turns without a configuration
 clash, inside a block or not; a connection waits for another process's hold on the file, trying again soon and then
-less often."""
+less often; rows are inserted in one statement without pandas."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import pytest
 
 from rag_pipeline.sidecar import connection
 from rag_pipeline.sidecar.connection import SidecarFile
+
+REPO = Path(__file__).resolve().parents[1]
 
 # Another process: opens the file read-write at its first try (no retry), adds a row.
 OTHER_WRITER = "import sys, duckdb; con = duckdb.connect(sys.argv[1]); con.execute('INSERT INTO t VALUES (2)')"
@@ -146,3 +148,23 @@ def test_a_connection_waits_for_another_process_s_hold_trying_soon_then_less_oft
     assert holder.wait(timeout=60) == 0
     assert pauses[:7] == [0.01, 0.02, 0.04, 0.08, 0.16, 0.2, 0.2]  # soon after a short hold ends, then 5 a second
     assert set(pauses[7:]) <= {0.2}
+
+
+def test_many_rows_of_dicts_or_tuples_are_inserted_typed_without_importing_pandas() -> None:
+    """In a fresh interpreter (the test process may have pandas loaded): NULLs, lists and a replaced row."""
+    script = """
+import sys, duckdb
+from rag_pipeline.sidecar.connection import insert_rows
+con = duckdb.connect()
+con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name VARCHAR, tags VARCHAR[], score DOUBLE)")
+columns = ["id", "name", "tags", "score"]
+insert_rows(con, "t", columns, [(1, "a", ["x", "y"], 0.5), (2, None, [], None)])
+insert_rows(con, "t", columns, [{"id": 2, "name": "b", "tags": ["z"], "score": 1}, {"id": 3, "name": "c", "tags": None,
+            "score": 2.5}], replace=True)
+print(con.execute("SELECT * FROM t ORDER BY id").fetchall())
+print("pandas" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[(1, 'a', ['x', 'y'], 0.5), (2, 'b', ['z'], 1.0), (3, 'c', None, 2.5)]",
+                                          "False"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.sidecar import postgres
@@ -67,17 +68,26 @@ def insert_rows(con: Connection, table: str, columns: Sequence[str], rows: Seque
         con.insert_rows(table, columns, rows, replace=replace)
         return
     names = ", ".join(columns)
-    if len(rows) == 1:  # a plain statement: a DataFrame scan failed ("pandas_scan does not exist") while the
-        row = rows[0]   # API's threads were reading the file
+    if len(rows) == 1:  # a plain statement: a scan of registered rows failed ("pandas_scan does not exist") while
+        row = rows[0]   # the API's threads were reading the file
         values = [row[column] for column in columns] if isinstance(row, dict) else list(row)
         con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) VALUES "
                     f"({', '.join('?' * len(columns))})", values)
         return
-    import pandas as pd  # here: every command and server start would pay its import (~0.25 s) for writes alone
-
-    con.register("incoming", pd.DataFrame(list(rows), columns=list(columns), dtype=object))
+    con.register("incoming", column_arrays(columns, rows))
     con.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({names}) SELECT {names} FROM incoming")
     con.unregister("incoming")
+
+
+def column_arrays(columns: Sequence[str], rows: Sequence[Any]) -> dict[str, np.ndarray]:
+    """`rows` (all dicts, or all tuples in `columns` order) as one object array per column: DuckDB scans a dict of
+    NumPy arrays as a table, as fast as a pandas DataFrame of the same rows and without pandas's import (0.2-0.4 s
+    of every writing process: the CLI, each shard worker, the API)."""
+    if isinstance(rows[0], dict):
+        return {column: np.fromiter((row[column] for row in rows), dtype=object, count=len(rows))
+                for column in columns}
+    return {column: np.fromiter((row[index] for row in rows), dtype=object, count=len(rows))
+            for index, column in enumerate(columns)}
 
 
 class ModeGate:
