@@ -72,6 +72,20 @@ def test_pool_gives_the_same_markdown_as_in_process(tmp_path: Path, monkeypatch:
     assert one._docling_converter is None
 
 
+def test_the_largest_documents_go_to_the_workers_first(tmp_path: Path) -> None:
+    """One worker converts in the order it is given the documents: largest first, whatever the jobs' order."""
+    jobs = []
+    for name, paragraphs in [("small", 2), ("large", 200), ("middle", 40)]:
+        page = tmp_path / f"{name}.html"
+        page.write_text(f"<html><body><h1>{name}</h1>" + "<p>Ducks eat seeds and snails.</p>" * paragraphs
+                        + "</body></html>")
+        jobs.append((page, "html"))
+    missing = (tmp_path / "missing.html", "html")  # no size: last, and its failure is its own
+    outcomes = list(conversions(Settings(convert_workers=1), DocumentConverter(), [missing, *jobs]))
+    assert [index for index, _ in outcomes] == [2, 3, 1, 0]
+    assert [outcome.error is None for _, outcome in outcomes] == [True, True, True, False]
+
+
 def test_a_document_that_hangs_or_kills_its_worker_fails_alone(tmp_path: Path) -> None:
     hangs, dies = tmp_path / "hangs.pdf", tmp_path / "dies.pdf"
     os.mkfifo(hangs)  # opening a FIFO nobody writes to blocks

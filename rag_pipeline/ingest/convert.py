@@ -89,8 +89,10 @@ def conversions(settings: Settings, converter: DocumentConverter,
                 jobs: Sequence[tuple[Path, str]]) -> Iterator[tuple[int, Outcome]]:
     """(index of the job, its outcome) for every (path, doc_type) job, in the order they finish: the documents for
     docling in a pool of RAG_CONVERT_WORKERS worker processes (at most one per document), each stopped after
-    RAG_CONVERT_TIMEOUT_S; text files in this process (while the workers start)."""
-    pooled = [index for index, (_, doc_type) in enumerate(jobs) if format_of(doc_type).uses_docling]
+    RAG_CONVERT_TIMEOUT_S; text files in this process (while the workers start). The largest documents go to the
+    workers first: one started last would be the step's tail while the other workers idle."""
+    pooled = sorted((index for index, (_, doc_type) in enumerate(jobs) if format_of(doc_type).uses_docling),
+                    key=lambda index: file_size(jobs[index][0]), reverse=True)
     texts = (index for index, (_, doc_type) in enumerate(jobs) if not format_of(doc_type).uses_docling)
     if not pooled:
         yield from ((index, convert_outcome(converter, *jobs[index])) for index in texts)
@@ -103,6 +105,14 @@ def conversions(settings: Settings, converter: DocumentConverter,
             if isinstance(result, Lost):
                 result = Outcome(None, f"the conversion did not finish: {result.reason}")
             yield pooled[position], result
+
+
+def file_size(path: Path) -> int:
+    """The file's size in bytes; 0 when it cannot be read (its conversion then says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def sync_markdown(
