@@ -1,6 +1,7 @@
-"""The conversion workers import docling without transformers (rag_pipeline/ingest/docling_import.py), and a later
-import of transformers in the same process still loads it. Each test runs a fresh interpreter: what a module import
-leaves in sys.modules is the behaviour under test."""
+"""The conversion workers import docling without transformers (rag_pipeline/ingest/docling_import.py) and convert as
+docling does with it, and a later import of transformers in the same process still loads it. Each test runs a fresh
+interpreter: what a module import leaves in sys.modules (and which forkserver the workers fork from) is the behaviour
+under test."""
 
 from __future__ import annotations
 
@@ -47,3 +48,25 @@ with WorkerPool(1, loaded_modules_handler, 60, preload=PRELOAD) as pool:
     print(list(pool.run([["docling.document_converter", "transformers"]])))
 """)
     assert lines == ["[(0, [True, False])]"]
+
+
+def test_workers_without_transformers_convert_every_format_as_docling_does_with_it() -> None:
+    from .conftest import DOCUMENTS
+
+    paths = sorted(str(path) for path in DOCUMENTS.iterdir() if path.suffix in (".pdf", ".docx", ".html"))
+    paths.append(str(REPO / "golden" / "corpus" / "slides" / "quarterly-review.pptx"))
+    lines = run_python(f"""
+from pathlib import Path
+from rag_pipeline.ingest.convert import conversions, convert_outcome, start_conversion_workers
+from rag_pipeline.ingest.converters import DocumentConverter
+from rag_pipeline.settings import Settings
+start_conversion_workers()
+jobs = [(Path(path), Path(path).suffix[1:]) for path in {paths!r}]
+pooled = dict(conversions(Settings(convert_workers=2), DocumentConverter(), jobs))
+in_process = DocumentConverter()  # docling imported here as usual, transformers included
+for index, job in enumerate(jobs):
+    converted = pooled[index].converted
+    print(job[0].name, converted is not None and converted == convert_outcome(in_process, *job).converted)
+""")
+    assert len(paths) >= 10 and {Path(path).suffix for path in paths} == {".pdf", ".docx", ".html", ".pptx"}
+    assert lines == [f"{Path(path).name} True" for path in paths]

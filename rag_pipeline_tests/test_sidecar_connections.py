@@ -151,10 +151,12 @@ def test_a_connection_waits_for_another_process_s_hold_trying_soon_then_less_oft
 
 
 def test_many_rows_of_dicts_or_tuples_are_inserted_typed_without_importing_pandas() -> None:
-    """In a fresh interpreter (the test process may have pandas loaded): NULLs, lists and a replaced row."""
+    """In a fresh interpreter (the test process may have pandas loaded): NULLs, lists and a replaced row; tuples of
+    another length than the columns are refused, not cut short."""
     script = """
 import sys, duckdb
 from rag_pipeline.sidecar.connection import insert_rows
+print("numpy" in sys.modules)
 con = duckdb.connect()
 con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name VARCHAR, tags VARCHAR[], score DOUBLE)")
 columns = ["id", "name", "tags", "score"]
@@ -163,8 +165,16 @@ insert_rows(con, "t", columns, [{"id": 2, "name": "b", "tags": ["z"], "score": 1
             "score": 2.5}], replace=True)
 print(con.execute("SELECT * FROM t ORDER BY id").fetchall())
 print("pandas" in sys.modules)
+try:
+    insert_rows(con, "t", columns, [(4, "d", [], 1.0, "extra"), (5, "e", [], 2.0)])
+except ValueError as error:
+    print(error)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["[(1, 'a', ['x', 'y'], 0.5), (2, 'b', ['z'], 1.0), (3, 'c', None, 2.5)]",
-                                          "False"]
+    assert done.stdout.split("\n")[:4] == [
+        "False",  # the sidecar's readers need no numpy: only an insert of many rows imports it
+        "[(1, 'a', ['x', 'y'], 0.5), (2, 'b', ['z'], 1.0), (3, 'c', None, 2.5)]",
+        "False",
+        "rows for 4 columns (id, name, tags, score) hold another number of values",
+    ]

@@ -15,13 +15,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import numpy as np
 
 from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.sidecar import postgres
+
+if TYPE_CHECKING:
+    import numpy as np
 
 LOCK_RETRY_SECONDS = 10.0
 # Another process's hold on the file is usually one short transaction (shard workers write their rows a stage at a
@@ -83,9 +85,13 @@ def column_arrays(columns: Sequence[str], rows: Sequence[Any]) -> dict[str, np.n
     """`rows` (all dicts, or all tuples in `columns` order) as one object array per column: DuckDB scans a dict of
     NumPy arrays as a table, as fast as a pandas DataFrame of the same rows and without pandas's import (0.2-0.4 s
     of every writing process: the CLI, each shard worker, the API)."""
+    import numpy as np  # here: the sidecar's readers (light CLI commands) need no numpy
+
     if isinstance(rows[0], dict):
         return {column: np.fromiter((row[column] for row in rows), dtype=object, count=len(rows))
                 for column in columns}
+    if any(len(row) != len(columns) for row in rows):
+        raise ValueError(f"rows for {len(columns)} columns ({', '.join(columns)}) hold another number of values")
     return {column: np.fromiter((row[index] for row in rows), dtype=object, count=len(rows))
             for index, column in enumerate(columns)}
 
