@@ -139,10 +139,8 @@ def inspect(path: Path, root: Path, *, max_file_bytes: int, cache: HashCache | N
                 f"too large: {stat.st_size:,} bytes exceeds the limit of {max_file_bytes:,} bytes (RAG_MAX_FILE_BYTES)"
             )
         key = str(resolved)
-        cached = cached_sha(cache, key, stat) if cache is not None else None
-        if cached is not None:
-            sha = cached
-        else:
+        sha = cached_sha(cache, key, stat) if cache is not None else None
+        if sha is None:
             sniff(resolved, fmt)
             sha = sha256_file(resolved)
             if cache is not None:
