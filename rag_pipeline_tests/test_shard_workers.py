@@ -1,7 +1,8 @@
-"""Parallel shard runs (RAG_INGEST_WORKERS): the per-document stages of contiguous shard ranges run in worker
-processes at once and end in the same index as one worker; a worker killed in the middle of its range loses
-nothing (the range runs again), leaves no duplicate or orphan point and the summary counts every document once; the
-workers' forkserver starts before discovery when a given folder has new or changed files."""
+"""Parallel shard runs (RAG_INGEST_WORKERS): the per-document stages of ranges of documents (cut at a document, so
+two runs may share a shard) run in worker processes at once and end in the same index as one worker; a worker
+killed in the middle of its range loses nothing (the range runs again), leaves no duplicate or orphan point and the
+summary counts every document once; the workers' forkserver starts before discovery when a given folder has new or
+changed files."""
 
 from __future__ import annotations
 
@@ -25,8 +26,10 @@ from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.partitions import shard_ranges
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.ingest.stage import stores
+from rag_pipeline.sidecar import Sidecar
 
 from .conftest import REPO
+from .sidecar_sql import sql_rows
 from .test_crash_state import DOCUMENTS, assert_honest_state, files, texts
 from .test_index_sync import assert_index_agrees, scifact_files
 
@@ -83,6 +86,16 @@ def test_two_workers_build_the_index_one_worker_builds(tmp_path: Path, sequentia
     assert summary["added"] == DOCUMENTS and summary["generation"]["switched"]
     # raw_documents here, the per-document stages in two worker runs, vector_index and metadata_sidecar here
     assert len(summary["run_ids"]) == 4
+    # the two worker runs cut the documents at one (their pending bytes 44,507 and 44,513): each embedded its own
+    # side, and both covered the shard of the cut
+    sidecar = Sidecar(load_settings(data_dir=data_dir).sidecar_path)
+    sides = [sidecar.run_actions([run_id])[("embeddings", "added")] for run_id in summary["run_ids"][1:3]]
+    assert not sides[0] & sides[1] and len(sides[0] | sides[1]) == DOCUMENTS
+    assert abs(len(sides[0]) - len(sides[1])) <= 6
+    covered = [set(row["shards"].split(",")) for row in sql_rows(
+        sidecar, "SELECT shards FROM runs WHERE asset = 'embeddings' AND list_contains(?, run_id)",
+        [summary["run_ids"][1:3]])]
+    assert len(covered[0] & covered[1]) == 1
     assert texts(assert_index_agrees(data_dir)) == texts(sequential[1])
     again = ingest([root], data_dir)
     assert again["added"] == 0 and again["unchanged"] == DOCUMENTS and again["run_ids"] == []

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from rag_pipeline.defs.assets import INGEST_ASSETS, TOTALS
 from rag_pipeline.defs.partitions import shard_run_tags
 from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageTotals
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -64,10 +65,10 @@ def close_kept_connections(instance: dg.DagsterInstance) -> None:
 
 
 def materialize_stages(rag: RagResource, stages: Sequence[dg.AssetsDefinition], shards: Sequence[str],
-                       instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
-    """One run of the given assets (ingest assets over the key range of `shards`, and unpartitioned assets after
-    them) (no error raised: see run_failure)."""
-    tags = {**shard_run_tags(shards), DATA_DIR_TAG: str(rag.settings.data_dir.resolve())}
+                       instance: dg.DagsterInstance, documents: ShaRange = ALL_DOCUMENTS) -> dg.ExecuteInProcessResult:
+    """One run of the given assets (ingest assets over the key range of `shards`, the per-document ones over only
+    their `documents`, and unpartitioned assets after them) (no error raised: see run_failure)."""
+    tags = {**shard_run_tags(shards, documents), DATA_DIR_TAG: str(rag.settings.data_dir.resolve())}
     assets = list(dict.fromkeys([*INGEST_ASSETS, *stages]))
     return dg.materialize(assets, selection=list(stages), resources={"rag": rag}, instance=instance,
                           tags=tags, run_config=QUIET_LOGS, raise_on_error=False)

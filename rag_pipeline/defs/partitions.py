@@ -12,6 +12,7 @@ from dagster._core.storage.tags import (
 )
 
 from rag_pipeline.defs.location import DEFINITION_SETTINGS
+from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange, balanced_ranges
 
 SHARDS = dg.StaticPartitionsDefinition(DEFINITION_SETTINGS.shard_keys)
 
@@ -65,8 +66,27 @@ def shard_ranges(shards: Sequence[str], workers: int, work: Mapping[str, float] 
     return [*ranges, current]
 
 
-def shard_run_tags(shards: Sequence[str]) -> dict[str, str]:
-    """Tags that make one run cover every given shard (the key range from the first to the last).
+def worker_ranges(shards: Sequence[str], workers: int,
+                  work: Mapping[str, float]) -> list[tuple[list[str], ShaRange]]:
+    """The documents of `shards` shared out among at most `workers` runs: consecutive SHA ranges of near-equal
+    `work` (SHA -> the pending work of a document), each with the shards it meets (a run and the next may share
+    one, cut at a document: shards hold too few, too unequal documents to share work evenly by whole shards).
+    With no work known (say, only purges pending): contiguous ranges of whole shards."""
+    ranges = balanced_ranges(work, workers)
+    if len(ranges) == 1:
+        return [(part, ALL_DOCUMENTS) for part in shard_ranges(shards, workers)]
+    runs = [([shard for shard in sorted(shards) if documents.meets_shard(shard)], documents) for documents in ranges]
+    return [(part, documents) for part, documents in runs if part]
+
+
+# The part of its shards' documents a run's per-document stages process ("start..end" of SHAs; absent: all): a
+# shard worker's run, which may share a shard with the next worker's, each taking its own side of a document.
+SHA_RANGE_TAG = "rag/sha_range"
+
+
+def shard_run_tags(shards: Sequence[str], documents: ShaRange = ALL_DOCUMENTS) -> dict[str, str]:
+    """Tags that make one run cover every given shard (the key range from the first to the last), or only the
+    documents of them in `documents`.
 
     Shards inside the range that did not change are cheap no-ops: their stages find nothing to do.
     """
@@ -75,4 +95,16 @@ def shard_run_tags(shards: Sequence[str]) -> dict[str, str]:
         ASSET_PARTITION_RANGE_START_TAG: ordered[0],
         ASSET_PARTITION_RANGE_END_TAG: ordered[-1],
         "rag/changed_shards": ",".join(ordered),
+        **({} if documents.whole else {SHA_RANGE_TAG: documents.to_text()}),
     }
+
+
+def run_documents(tags: Mapping[str, str]) -> ShaRange:
+    """The documents a run's per-document stages process, from its tags (all of its shards' when not limited)."""
+    text = tags.get(SHA_RANGE_TAG)
+    if text is None:
+        return ALL_DOCUMENTS
+    try:
+        return ShaRange.parse(text)
+    except ValueError as error:
+        raise ValueError(f"run tag {SHA_RANGE_TAG}: {error}") from None

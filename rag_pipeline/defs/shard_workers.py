@@ -1,11 +1,13 @@
 """Parallel shard runs of the in-process ingest (RAG_INGEST_WORKERS > 1).
 
-The per-document stages (convert, redact, chunk, embed: nearly all of an ingest's time) of disjoint shard ranges
-run as separate Dagster runs, one per worker process, each worker pinned to one core of this process's cores. A
-worker writes only its own shards' artifacts, the embedding cache (SQLite in WAL mode, safe for several processes)
-and its documents' rows in the sidecar (short transactions, retried while another process holds the file). The
-stages that must be serialised (raw_documents: discovery and purges; vector_index: the embedded store's single
-writer; metadata_sidecar) run in the ingest process before and after the workers.
+The per-document stages (convert, redact, chunk, embed: nearly all of an ingest's time) of disjoint ranges of
+documents run as separate Dagster runs, one per worker process, each worker pinned to one core of this process's
+cores. The ranges are consecutive SHA ranges of near-equal pending bytes, cut at a document: a run covers the
+shards its range meets, and two runs may share a shard, each processing only its side of the cut (run tag
+rag/sha_range). A worker writes only its own documents' artifacts, the embedding cache (SQLite in WAL mode, safe
+for several processes) and its documents' rows in the sidecar (short transactions, retried while another process
+holds the file). The stages that must be serialised (raw_documents: discovery and purges; vector_index: the
+embedded store's single writer; metadata_sidecar) run in the ingest process before and after the workers.
 
 The workers start (and load the embedding model) as soon as the pool is made, while the ingest process runs
 raw_documents. A worker killed in the middle of a range breaks the pool: every range not finished runs again in new
@@ -24,9 +26,10 @@ from multiprocessing.sharedctypes import Synchronized
 
 from rag_pipeline.defs.assets import chunks, embeddings, markdown_documents, redacted_documents
 from rag_pipeline.defs.local_runs import dagster_instance, materialize_stages, run_failure, stage_totals
-from rag_pipeline.defs.partitions import shard_ranges
+from rag_pipeline.defs.partitions import worker_ranges
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.errors import IngestFailed
+from rag_pipeline.ingest.sha_range import ShaRange
 from rag_pipeline.ingest.stage import StageTotals
 from rag_pipeline.ingest.worker_pool import CONTEXT, start_forkserver
 
@@ -82,11 +85,12 @@ def start_worker(next_core: Synchronized, cores: list[int], environment: dict[st
         pass
 
 
-def run_range(resource: dict[str, object], shards: list[str]) -> RangeRun:
-    """In a worker: the per-document stages over the shards (a contiguous key range), as one Dagster run."""
+def run_range(resource: dict[str, object], shards: list[str], documents: ShaRange) -> RangeRun:
+    """In a worker: the per-document stages over the shards (a contiguous key range), only their `documents`, as
+    one Dagster run."""
     rag = RagResource(**resource)
     with dagster_instance() as instance:
-        result = materialize_stages(rag, PER_DOCUMENT_STAGES, shards, instance)
+        result = materialize_stages(rag, PER_DOCUMENT_STAGES, shards, instance, documents)
     return RangeRun(shards=shards, run_id=result.run_id,
                     totals={name: totals.to_json() for name, totals in stage_totals(result).items()},
                     failure=None if result.success else run_failure(result))
@@ -137,16 +141,16 @@ class ShardWorkers:
             raise
         return pool
 
-    def run(self, shards: Sequence[str], work: Mapping[str, float] | None = None) -> list[RangeRun]:
-        """The per-document stages of `shards`, one contiguous range per worker (of near-equal `work` when given:
-        shard -> pending work); the runs in the order they finished. A range whose worker died runs again once (in
-        new workers); then IngestFailed names its shards."""
-        pending, finished = shard_ranges(shards, self.workers, work), []
+    def run(self, shards: Sequence[str], work: Mapping[str, float]) -> list[RangeRun]:
+        """The per-document stages of `shards`, one range of documents per worker (of near-equal `work`: SHA ->
+        the pending work of a document); the runs in the order they finished. A range whose worker died runs again
+        once (in new workers); then IngestFailed names its shards."""
+        pending, finished = worker_ranges(shards, self.workers, work), []
         for attempt in range(ATTEMPTS):
             if attempt:
                 self.pool.shutdown(wait=True, cancel_futures=True)
                 self._pool = self._start()
-            futures = {self.pool.submit(run_range, self.resource, shard_range): shard_range for shard_range in pending}
+            futures = {self.pool.submit(run_range, self.resource, *part): part for part in pending}
             lost = []
             for future in as_completed(futures):
                 try:
@@ -156,7 +160,8 @@ class ShardWorkers:
             if not lost:
                 return finished
             pending = lost
-        raise IngestFailed("a shard worker died twice on shards " + ", ".join(shard for run in pending for shard in run)
+        lost_shards = dict.fromkeys(shard for run, _ in pending for shard in run)  # a shared shard named once
+        raise IngestFailed("a shard worker died twice on shards " + ", ".join(lost_shards)
                            + "; ingest again to finish them (every stage resumes where it stopped)")
 
     def close(self) -> None:

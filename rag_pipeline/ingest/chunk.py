@@ -13,6 +13,7 @@ from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_toke
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.ingest.chunkers import Chunk, chunk_document, context_line, contextual_text
 from rag_pipeline.ingest.redaction_rules import redact_path
+from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
@@ -20,10 +21,11 @@ from rag_pipeline.sidecar import Sidecar
 CHECK_BATCH = 256  # chunks tokenized at a time by the size check
 
 
-def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
-    """Chunk every new redacted document into <sha>.jsonl (one Chunk per line)."""
+def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
+                documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
+    """Chunk every new redacted document (of `documents`) into <sha>.jsonl (one Chunk per line)."""
     started = time.perf_counter()
-    report = StageReport("chunks", sorted(shards))
+    report = StageReport("chunks", sorted(shards), documents)
     all_stores = stores(settings)
     markdown, redacted, chunks = all_stores["markdown"], all_stores["redacted"], all_stores["chunks"]
     todo = reconcile(report, lambda shard: redacted.shas(shard, "md"), chunks.shas, chunks)

@@ -21,6 +21,7 @@ from rag_pipeline.ingest.converters import ConversionError, ConvertedDocument, D
 from rag_pipeline.ingest.discover import files_since_scan
 from rag_pipeline.ingest.formats import format_of
 from rag_pipeline.ingest.limits import ConversionLimits
+from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.ingest.worker_pool import Lost, WorkerPool, start_forkserver
 from rag_pipeline.settings import Settings
@@ -117,11 +118,12 @@ def file_size(path: Path) -> int:
 
 def sync_markdown(
     settings: Settings, converter: DocumentConverter, shards: Iterable[str], sidecar: Sidecar,
-    *, progress: bool = False,
+    *, progress: bool = False, documents: ShaRange = ALL_DOCUMENTS,
 ) -> StageReport:
-    """Convert every new raw document to Markdown; failures are recorded (<sha>.error.json) and not retried."""
+    """Convert every new raw document (of `documents`) to Markdown; failures are recorded (<sha>.error.json) and
+    not retried."""
     started = time.perf_counter()
-    report = StageReport("markdown", sorted(shards))
+    report = StageReport("markdown", sorted(shards), documents)
     raw, markdown = stores(settings)["raw"], stores(settings)["markdown"]
     def complete(shard: str) -> set[str]:  # <sha>.md is written last: a kill before it leaves the document to redo
         return set().union(*(markdown.shas(shard, suffix) for suffix in CONVERTED))
@@ -153,16 +155,18 @@ def sync_markdown(
                      "pages": converted.page_count, "chars": len(converted.markdown),
                      "convert_ms": outcome.convert_ms})
     sidecar.upsert(rows)
-    report.check_failures = unconverted(raw, markdown, report.shards)
+    report.check_failures = unconverted(raw, markdown, report.shards, documents)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def unconverted(raw: ArtifactStore, markdown: ArtifactStore, shards: list[str]) -> list[str]:
-    """Documents of the shards with neither non-empty Markdown nor a recorded failure (nor dropped Markdown)."""
+def unconverted(raw: ArtifactStore, markdown: ArtifactStore, shards: list[str],
+                documents: ShaRange = ALL_DOCUMENTS) -> list[str]:
+    """Documents of the shards (those of `documents`) with neither non-empty Markdown nor a recorded failure (nor
+    dropped Markdown)."""
     missing = []
     for shard in shards:
-        for sha in sorted(raw.shas(shard)):
+        for sha in sorted(documents.select(raw.shas(shard))):
             converted = markdown.path(shard, sha, "md")
             done = markdown.exists(shard, sha, "error.json") or markdown.exists(shard, sha, DROPPED)
             if not done and (not converted.is_file() or converted.stat().st_size == 0):

@@ -13,6 +13,7 @@ from tqdm import tqdm
 from rag_pipeline.embed.embedder import Embedder, EmbeddingCache, embed_texts
 from rag_pipeline.ingest.chunk import document_name, read_chunks
 from rag_pipeline.ingest.chunkers import contextual_text
+from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageReport, reconcile, stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
@@ -22,11 +23,11 @@ EMBED_SLICE = 256  # texts per embedding call: bounds memory and lost work on a 
 
 def sync_embeddings(
     settings: Settings, embedder: Embedder, cache: EmbeddingCache, shards: Iterable[str], sidecar: Sidecar,
-    *, progress: bool = False,
+    *, progress: bool = False, documents: ShaRange = ALL_DOCUMENTS,
 ) -> StageReport:
-    """Embed the chunks of new documents, batched across documents, reusing cached vectors."""
+    """Embed the chunks of new documents (of `documents`), batched across documents, reusing cached vectors."""
     started = time.perf_counter()
-    report = StageReport("embeddings", sorted(shards))
+    report = StageReport("embeddings", sorted(shards), documents)
     all_stores = stores(settings)
     chunk_store, vectors_store = all_stores["chunks"], all_stores["embeddings"]
     todo = reconcile(report, chunk_store.shas, vectors_store.shas, vectors_store)

@@ -61,13 +61,13 @@ def docling_pending(settings: Settings, manifest: Manifest, shards: list[str]) -
 
 
 def pending_work(settings: Settings, manifest: Manifest, shards: list[str]) -> dict[str, int]:
-    """Per shard, the bytes of its documents that have no embeddings yet: what the per-document stages (convert,
-    redact, chunk, embed) will process, to share out among shard workers."""
+    """The documents of `shards` that have no embeddings yet, each with its bytes: what the per-document stages
+    (convert, redact, chunk, embed) will process, to share out among shard workers."""
     embedded = stores(settings)["embeddings"]
     done = {shard: embedded.shas(shard) for shard in shards}
-    work = dict.fromkeys(shards, 0)
+    work = {}
     for sha, files in manifest.documents().items():
         shard = settings.shard_of(sha)
         if shard in done and sha not in done[shard]:
-            work[shard] += files[0].size
+            work[sha] = files[0].size
     return work

@@ -23,6 +23,7 @@ from rag_pipeline.ingest.body_facts import with_body_facts
 from rag_pipeline.ingest.converters import first_heading
 from rag_pipeline.ingest.redaction_rules import redact_value, redact_with
 from rag_pipeline.ingest.secret_check import find_leaks
+from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
@@ -102,9 +103,10 @@ def released_secrets(redacted: ArtifactStore, released: Iterable[tuple[str, str]
     return failures
 
 
-def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -> StageReport:
-    """Redact secrets and PII from every new Markdown document and its title and fields; counts per kind go to
-    <sha>.json.
+def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
+                  documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
+    """Redact secrets and PII from every new Markdown document (of `documents`) and its title and fields; counts
+    per kind go to <sha>.json.
 
     A document in which the independent detector (secret_check) still finds a secret fails alone: no redacted
     output, <sha>.error.json and status `failed` naming where the secret is and its kind; it is not retried (its
@@ -112,7 +114,7 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
     unconvertible document are dropped.
     """
     started = time.perf_counter()
-    report = StageReport("redacted", sorted(shards))
+    report = StageReport("redacted", sorted(shards), documents)
     raw, markdown, redacted = (stores(settings)[stage] for stage in ("raw", "markdown", "redacted"))
 
     def converted(shard: str) -> set[str]:
@@ -166,20 +168,21 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar) -
     report.check_failures = released_secrets(redacted, released,
                                              {sha: describe(known.get(sha), sha) for _, sha in released})
     if not settings.keep_unredacted:
-        drop_unredacted(raw, markdown, redacted, report.shards)
+        drop_unredacted(raw, markdown, redacted, report.shards, documents)
     report.seconds = time.perf_counter() - started
     return report
 
 
 def drop_unredacted(raw: ArtifactStore, markdown: ArtifactStore, redacted: ArtifactStore,
-                    shards: list[str]) -> None:
-    """Drop the raw bytes and Markdown of every redacted, withheld or unconvertible document of the shards. Kept:
-    the Markdown's page map (<sha>.json, its title dropped) and recorded conversion failures (<sha>.error.json)."""
+                    shards: list[str], documents: ShaRange = ALL_DOCUMENTS) -> None:
+    """Drop the raw bytes and Markdown of every redacted, withheld or unconvertible document of the shards (of
+    `documents`). Kept: the Markdown's page map (<sha>.json, its title dropped) and recorded conversion failures
+    (<sha>.error.json)."""
     for shard in shards:
-        done = redacted.shas(shard) | markdown.shas(shard, "error.json")
+        done = documents.select(redacted.shas(shard) | markdown.shas(shard, "error.json"))
         for sha in sorted(done - raw.shas(shard, DROPPED)):
             raw.drop(shard, sha)
-        for sha in sorted(redacted.shas(shard) - markdown.shas(shard, DROPPED)):
+        for sha in sorted(documents.select(redacted.shas(shard)) - markdown.shas(shard, DROPPED)):
             page_map = {**markdown.read_json(shard, sha, "json"), "title": None, "fields": None}
             markdown.write_json(shard, sha, "json", page_map)
             markdown.drop(shard, sha, keep=("json",))

@@ -15,6 +15,7 @@ from typing import Any
 
 from rag_pipeline.ingest.artifacts import ArtifactStore
 from rag_pipeline.ingest.discover import SourceFile, document_paths, document_sources, document_tags
+from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.settings import Settings
 
 
@@ -42,10 +43,12 @@ STAGE_FIGURES = {
 
 @dataclass
 class StageReport:
-    """What one stage did over its shards (SHAs added, purged, moved, re-tagged, failed with their error)."""
+    """What one stage did over its shards (SHAs added, purged, moved, re-tagged, failed with their error), or over
+    the part of their documents in `documents` (a shard worker's run)."""
 
     stage: str
     shards: list[str]
+    documents: ShaRange = ALL_DOCUMENTS
     added: list[str] = field(default_factory=list)
     skipped: int = 0
     purged: list[str] = field(default_factory=list)
@@ -159,11 +162,12 @@ def reconcile(
 ) -> list[tuple[str, str]]:
     """Purge outputs whose input vanished (any file of theirs, a half-written one too); return the (shard, sha)
     pairs still to process. `outputs` gives the documents whose output is complete: a document a killed run left
-    half-written is processed again."""
+    half-written is processed again. Only the report's `documents` are looked at: another run has the others."""
     todo = []
+    within = report.documents.select
     for shard in report.shards:
-        wanted, held = inputs(shard), outputs(shard)
-        for sha in sorted(output_store.shas(shard) - wanted):
+        wanted, held = within(inputs(shard)), within(outputs(shard))
+        for sha in sorted(within(output_store.shas(shard)) - wanted):
             output_store.delete(shard, sha)
             report.purged.append(sha)
         todo.extend((shard, sha) for sha in sorted(wanted - held))
