@@ -53,7 +53,7 @@ def all_points(store: VectorStore, settings: Settings) -> dict[str, dict]:
         state = store.shard_state(shard)
         for sha in state:
             ids = [row["chunk_id"] for row in sql_rows(
-                Sidecar(settings.sidecar_path), "SELECT chunk_id FROM chunks WHERE sha = ?", [sha])]
+                Sidecar(settings.sidecar_location), "SELECT chunk_id FROM chunks WHERE sha = ?", [sha])]
             points.update({hit.id: hit.payload for hit in store.get(ids)})
     return points
 
@@ -61,7 +61,7 @@ def all_points(store: VectorStore, settings: Settings) -> dict[str, dict]:
 def assert_index_agrees(data_dir: Path) -> dict[str, dict]:
     """Points == sidecar chunk rows == chunk file lines, with complete payloads and current paths and tags."""
     settings = load_settings(data_dir=data_dir)
-    sidecar = Sidecar(settings.sidecar_path)
+    sidecar = Sidecar(settings.sidecar_location)
     rows = sql_rows(sidecar, "SELECT c.chunk_id, c.sha, d.paths, d.tags, d.sources FROM chunks c JOIN documents d "
                          "USING (sha)")
     with open_store(data_dir) as store:

@@ -29,7 +29,8 @@ from rag_pipeline.ingest.stage import stores
 from rag_pipeline.sidecar import Sidecar
 
 from .conftest import REPO
-from .sidecar_sql import sql_rows
+from .pg_server import postgres_server  # noqa: F401  (a fixture, started only for the postgres parameter)
+from .sidecar_backends import location_for
 from .test_crash_state import DOCUMENTS, assert_honest_state, files, texts
 from .test_index_sync import assert_index_agrees, scifact_files
 
@@ -75,9 +76,14 @@ def sequential(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     return summary, assert_index_agrees(base / "data")
 
 
-def test_two_workers_build_the_index_one_worker_builds(tmp_path: Path, sequential: tuple[dict, dict],
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("backend", ["duckdb", "postgres"])
+def test_two_workers_build_the_index_one_worker_builds(backend: str, tmp_path: Path, sequential: tuple[dict, dict],
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        request: pytest.FixtureRequest) -> None:
+    """On either sidecar: with PostgreSQL, the two workers write their rows into one database at once."""
     monkeypatch.setenv("RAG_INGEST_WORKERS", "2")
+    if backend == "postgres":
+        monkeypatch.setenv("RAG_SIDECAR_URL", str(location_for(backend, request, tmp_path)))
     root, data_dir = scifact_files(tmp_path / "scifact", DOCUMENTS), tmp_path / "data"
     summary = ingest([root], data_dir)
     one = sequential[0]
@@ -87,15 +93,14 @@ def test_two_workers_build_the_index_one_worker_builds(tmp_path: Path, sequentia
     # raw_documents here, the per-document stages in two worker runs, vector_index and metadata_sidecar here
     assert len(summary["run_ids"]) == 4
     # the two worker runs cut the documents at one (their pending bytes 44,507 and 44,513): each embedded its own
-    # side, and both covered the shard of the cut
-    sidecar = Sidecar(load_settings(data_dir=data_dir).sidecar_path)
+    # side, and both embedded documents of the shard of the cut
+    settings = load_settings(data_dir=data_dir)
+    sidecar = Sidecar(settings.sidecar_location)
     sides = [sidecar.run_actions([run_id])[("embeddings", "added")] for run_id in summary["run_ids"][1:3]]
     assert not sides[0] & sides[1] and len(sides[0] | sides[1]) == DOCUMENTS
     assert abs(len(sides[0]) - len(sides[1])) <= 6
-    covered = [set(row["shards"].split(",")) for row in sql_rows(
-        sidecar, "SELECT shards FROM runs WHERE asset = 'embeddings' AND list_contains(?, run_id)",
-        [summary["run_ids"][1:3]])]
-    assert len(covered[0] & covered[1]) == 1
+    shards = [{settings.shard_of(sha) for sha in side} for side in sides]
+    assert len(shards[0] & shards[1]) == 1
     assert texts(assert_index_agrees(data_dir)) == texts(sequential[1])
     again = ingest([root], data_dir)
     assert again["added"] == 0 and again["unchanged"] == DOCUMENTS and again["run_ids"] == []
