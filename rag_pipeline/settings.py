@@ -277,10 +277,10 @@ class Settings(BaseSettings):
     # a request whose Origin header is not the server's own origin gets 403 cross_origin.
     api_cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Parallel shard runs (defs/shard_workers.py): an in-process ingest runs the per-document stages (convert,
-    # redact, chunk, embed) of this many ranges of documents at once (consecutive SHA ranges of near-equal pending
-    # bytes, cut at a document), one worker process each pinned to one of this process's cores; the file sensor
-    # splits its changed shards into as many runs over contiguous shard ranges (the run queue and the instance's
-    # pools decide how many run at once). 1: one run in this process (the default).
+    # redact, chunk, embed) of up to this many ranges of documents at once (consecutive SHA ranges of near-equal
+    # pending bytes, cut at a document), one worker process each pinned to one of this process's cores; the file
+    # sensor splits its changed shards into as many runs over contiguous shard ranges (the run queue and the
+    # instance's pools decide how many run at once). 1: one run in this process (the default).
     ingest_workers: int = Field(1, ge=1, le=256)
     # Where artifacts and the embedding cache live (default: the data dir): a filesystem path every worker reaches
     # (NFS, EFS, a ReadWriteMany volume) when workers run on several machines.

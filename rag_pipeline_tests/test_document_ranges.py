@@ -5,17 +5,24 @@ it (the next worker's run has those, in the same shard)."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from pathlib import Path
 
 import pytest
 
-from rag_pipeline.defs.partitions import SHA_RANGE_TAG, run_documents, shard_run_tags, worker_ranges
+from rag_pipeline.defs.assets import raw_documents
+from rag_pipeline.defs.local_runs import dagster_instance, materialize_stages
+from rag_pipeline.defs.partitions import SHA_RANGE_TAG, run_sha_range, shard_run_tags, worker_ranges
+from rag_pipeline.defs.resources import RagResource
+from rag_pipeline.defs.shard_workers import PER_DOCUMENT_STAGES
 from rag_pipeline.ingest.artifacts import ArtifactStore
 from rag_pipeline.ingest.convert import unconverted
 from rag_pipeline.ingest.redact import drop_unredacted
 from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange, balanced_ranges
-from rag_pipeline.ingest.stage import StageReport, reconcile
+from rag_pipeline.ingest.stage import StageReport, reconcile, stores
+
+from .test_index_sync import scifact_files
 
 
 def sha(number: int) -> str:
@@ -35,10 +42,10 @@ def test_a_range_holds_the_shas_between_its_bounds_and_meets_the_shards_they_sta
         if end and start >= end:
             continue
         documents = ShaRange(start, end)
-        for shard in hexes:
-            spelled = [shard + a + b + c for a in hexes for b in hexes for c in hexes]
-            meets = any(prefix.ljust(64, "0") in documents or prefix.ljust(64, "f") in documents
-                        for prefix in spelled)
+        for shard in [*hexes, *rng.sample([a + b for a in hexes for b in hexes], 8)]:  # 16 or 256 shards
+            # a bound of at most 3 digits puts all SHAs sharing their first 3 digits on one side of it
+            spelled = [(shard + "".join(rest))[:3] for rest in itertools.product(hexes, repeat=3 - len(shard))]
+            meets = any(prefix.ljust(64, "0") in documents for prefix in spelled)
             assert documents.meets_shard(shard) == meets, (documents, shard)
 
 
@@ -46,14 +53,14 @@ def test_a_range_reads_back_from_its_text_and_a_bad_one_is_refused_by_name() -> 
     for documents in (ShaRange("", "7a"), ShaRange("7a", ""), ShaRange(sha(1), sha(2)) if sha(1) < sha(2)
                       else ShaRange(sha(2), sha(1))):
         assert ShaRange.parse(documents.to_text()) == documents
-        assert run_documents(shard_run_tags(["7"], documents)) == documents
-    assert SHA_RANGE_TAG not in shard_run_tags(["7"]) and run_documents({}) == ALL_DOCUMENTS
+        assert run_sha_range(shard_run_tags(["7"], documents)) == documents
+    assert SHA_RANGE_TAG not in shard_run_tags(["7"]) and run_sha_range({}) == ALL_DOCUMENTS
     for text, why in [("7a", "want start..end"), ("7A..", "lower-case hex"), ("b..a", "is empty"),
-                      ("../etc", "lower-case hex"), ("a" * 65 + "..", "up to 64")]:
+                      ("a..a0", "is empty"), ("../etc", "lower-case hex"), ("a" * 65 + "..", "up to 64")]:
         with pytest.raises(ValueError, match=why):
             ShaRange.parse(text)
     with pytest.raises(ValueError, match=f"run tag {SHA_RANGE_TAG}: .*lower-case hex"):
-        run_documents({SHA_RANGE_TAG: "zz.."})
+        run_sha_range({SHA_RANGE_TAG: "zz.."})
 
 
 def test_balanced_ranges_cover_every_sha_once_in_near_equal_shares() -> None:
@@ -124,3 +131,41 @@ def test_a_stage_limited_to_a_range_leaves_the_rest_of_its_shard_alone(tmp_path:
     assert raw.exists(shard, low, "txt") and markdown.exists(shard, low, "md")
     assert not raw.exists(shard, middle, "txt") and not markdown.exists(shard, middle, "md")
     assert markdown.read_json(shard, middle, "json")["title"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keep_unredacted", [True, False])
+def test_a_run_with_a_sha_range_keeps_every_per_document_stage_to_it(tmp_path: Path, keep_unredacted: bool,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real Dagster runs of the per-document assets tagged with a range (as a shard worker's are): each stage
+    converts, redacts, chunks and embeds exactly the documents of the range. The documents of the same shard before
+    the cut are left at every stage of their own (one only snapshotted, one converted, one redacted, one chunked,
+    one embedded), so a stage that looked past its range would take one of them a stage further."""
+    monkeypatch.setenv("RAG_KEEP_UNREDACTED", str(keep_unredacted).lower())
+    rag = RagResource(roots=[str(scifact_files(tmp_path / "scifact", 100).resolve())], data_dir=str(tmp_path / "data"))
+    settings, artifacts = rag.settings, stores(rag.settings)
+    keys = settings.shard_keys
+
+    def held(stage: str) -> set[str]:
+        return {sha for shard in keys for sha in artifacts[stage].shas(shard)}
+
+    def run(stages: list, documents: ShaRange) -> None:
+        shards = [shard for shard in keys if documents.meets_shard(shard)]
+        assert shards == [shard]  # every run here covers the one shard
+        assert materialize_stages(rag, stages, shards, instance, documents).success
+
+    with dagster_instance() as instance:
+        assert materialize_stages(rag, [raw_documents], keys, instance).success
+        by_shard = {key: sorted(artifacts["raw"].shas(key)) for key in keys}
+        shard = max(keys, key=lambda key: len(by_shard[key]))  # 100 documents: at least 7 in the fullest shard
+        before, inside = by_shard[shard][:5], by_shard[shard][5:]
+        after = keys[keys.index(shard) + 1] if shard != keys[-1] else ""  # the next shard's first SHA
+        for position in range(len(PER_DOCUMENT_STAGES)):  # before[k + 1:] taken through stage k
+            run(PER_DOCUMENT_STAGES[position:position + 1], ShaRange(before[position + 1], inside[0]))
+        run(PER_DOCUMENT_STAGES, ShaRange(inside[0], after))
+    assert len(inside) >= 2
+    for position, stage in enumerate(("markdown", "redacted", "chunks", "embeddings")):
+        assert held(stage) == set(inside) | set(before[position + 1:]), stage
+    dropped = {sha for key in keys for sha in artifacts["raw"].shas(key, "dropped")}
+    assert dropped == (set() if keep_unredacted else set(inside) | set(before[2:]))  # the redacted ones
+    assert artifacts["raw"].exists(shard, before[0], "txt")

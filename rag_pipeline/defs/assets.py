@@ -10,7 +10,7 @@ from typing import Any
 import dagster as dg
 
 from rag_pipeline.defs.location import DEFINITION_SETTINGS
-from rag_pipeline.defs.partitions import SHARDS, run_documents
+from rag_pipeline.defs.partitions import SHARDS, run_sha_range
 from rag_pipeline.defs.resources import STORE_POOL, RagResource
 from rag_pipeline.ingest.catalogue import sync_catalogue
 from rag_pipeline.ingest.chunk import sync_chunks
@@ -193,7 +193,7 @@ def raw_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Mat
 def markdown_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Convert new documents to Markdown with docling; failures are recorded per document."""
     report = sync_markdown(rag.settings, rag.converter(), context.partition_keys, rag.sidecar(),
-                           progress=rag.show_progress, documents=run_documents(context.run.tags))
+                           progress=rag.show_progress, documents=run_sha_range(context.run.tags))
     return dg.MaterializeResult(
         metadata=stage_metadata(report, rag, context),
         check_results=[check_result("converted_documents_non_empty", report)],
@@ -208,7 +208,8 @@ def markdown_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
 )
 def redacted_documents(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Redact secrets and PII before anything downstream sees the text."""
-    report = sync_redacted(rag.settings, context.partition_keys, rag.sidecar(), run_documents(context.run.tags))
+    report = sync_redacted(rag.settings, context.partition_keys, rag.sidecar(),
+                           documents=run_sha_range(context.run.tags))
     return dg.MaterializeResult(
         metadata=stage_metadata(report, rag, context),
         check_results=[check_result("no_secret_survives", report)],
@@ -223,7 +224,7 @@ def redacted_documents(context: dg.AssetExecutionContext, rag: RagResource) -> d
 )
 def chunks(context: dg.AssetExecutionContext, rag: RagResource) -> dg.MaterializeResult:
     """Split redacted documents into chunks with heading paths, lines and pages."""
-    report = sync_chunks(rag.settings, context.partition_keys, rag.sidecar(), run_documents(context.run.tags))
+    report = sync_chunks(rag.settings, context.partition_keys, rag.sidecar(), documents=run_sha_range(context.run.tags))
     metadata = stage_metadata(report, rag, context)
     metadata["chunks_written"] = report.chunks
     metadata["chunks_per_second"] = round(report.chunks / report.seconds, 1) if report.seconds else 0.0
@@ -235,7 +236,7 @@ def embeddings(context: dg.AssetExecutionContext, rag: RagResource) -> dg.Materi
     """Embed new chunks ("path > heading path" + text), batched across documents, through the embedding cache."""
     embedder = rag.embedder()
     report = sync_embeddings(rag.settings, embedder, rag.embedding_cache(), context.partition_keys, rag.sidecar(),
-                             progress=rag.show_progress, documents=run_documents(context.run.tags))
+                             progress=rag.show_progress, documents=run_sha_range(context.run.tags))
     metadata = stage_metadata(report, rag, context)
     metadata.update(model=embedder.model_id, dimension=embedder.dimension, chunks_embedded=report.chunks,
                     chunks_per_second=round(report.chunks / report.seconds, 1) if report.seconds else 0.0)

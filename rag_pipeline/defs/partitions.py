@@ -15,6 +15,10 @@ from rag_pipeline.defs.location import DEFINITION_SETTINGS
 from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange, balanced_ranges
 
 SHARDS = dg.StaticPartitionsDefinition(DEFINITION_SETTINGS.shard_keys)
+# The part of its shards' documents a run's per-document stages process ("start..end" of SHAs; absent: all): set
+# on a shard worker's run, which may share a shard with the next worker's, each taking its own side of a document.
+# A run launched by hand with it processes only those documents; an ingest without it finishes the rest.
+SHA_RANGE_TAG = "rag/sha_range"
 
 
 # A run costs about as much as this many partitions' bookkeeping (a run start against ~7 asset events and a
@@ -37,33 +41,16 @@ def shard_runs(shards: Sequence[str], keys: Sequence[str] = SHARDS.get_partition
     return runs
 
 
-def shard_ranges(shards: Sequence[str], workers: int, work: Mapping[str, float] | None = None) -> list[list[str]]:
-    """The shards split into at most `workers` contiguous ranges (a run covers a key range, so ranges must not
-    interleave): of near-equal `work` (shard -> the work pending in it, say bytes of new documents) when given and
-    not all zero, else of near-equal numbers of shards. Each cut falls where the work before it comes nearest an
-    equal share."""
+def shard_ranges(shards: Sequence[str], workers: int) -> list[list[str]]:
+    """The shards split into at most `workers` contiguous ranges of near-equal numbers of shards (a run covers a
+    key range, so ranges must not interleave)."""
     ordered = sorted(shards)
     count = max(1, min(workers, len(ordered)))
-    total = sum(work.get(shard, 0) for shard in ordered) if work else 0
-    if not total:
-        size, extra = divmod(len(ordered), count)
-        bounds = [0]
-        for index in range(count):
-            bounds.append(bounds[-1] + size + (1 if index < extra else 0))
-        return [ordered[start:end] for start, end in pairwise(bounds)]
-    ranges: list[list[str]] = []
-    current: list[str] = []
-    done = 0.0  # work of the shards placed so far
-    for index, shard in enumerate(ordered):
-        weight = work.get(shard, 0)
-        still_to_open = count - len(ranges) - 1
-        if current and still_to_open and (len(ordered) - index == still_to_open
-                                          or done + weight / 2 > total * (len(ranges) + 1) / count):
-            ranges.append(current)
-            current = []
-        current.append(shard)
-        done += weight
-    return [*ranges, current]
+    size, extra = divmod(len(ordered), count)
+    bounds = [0]
+    for index in range(count):
+        bounds.append(bounds[-1] + size + (1 if index < extra else 0))
+    return [ordered[start:end] for start, end in pairwise(bounds)]
 
 
 def worker_ranges(shards: Sequence[str], workers: int,
@@ -71,17 +58,13 @@ def worker_ranges(shards: Sequence[str], workers: int,
     """The documents of `shards` shared out among at most `workers` runs: consecutive SHA ranges of near-equal
     `work` (SHA -> the pending work of a document), each with the shards it meets (a run and the next may share
     one, cut at a document: shards hold too few, too unequal documents to share work evenly by whole shards).
-    With no work known (say, only purges pending): contiguous ranges of whole shards."""
+    When the work cannot be cut (none pending, say only purges, or one document): contiguous ranges of whole
+    shards."""
     ranges = balanced_ranges(work, workers)
     if len(ranges) == 1:
         return [(part, ALL_DOCUMENTS) for part in shard_ranges(shards, workers)]
     runs = [([shard for shard in sorted(shards) if documents.meets_shard(shard)], documents) for documents in ranges]
     return [(part, documents) for part, documents in runs if part]
-
-
-# The part of its shards' documents a run's per-document stages process ("start..end" of SHAs; absent: all): a
-# shard worker's run, which may share a shard with the next worker's, each taking its own side of a document.
-SHA_RANGE_TAG = "rag/sha_range"
 
 
 def shard_run_tags(shards: Sequence[str], documents: ShaRange = ALL_DOCUMENTS) -> dict[str, str]:
@@ -99,7 +82,7 @@ def shard_run_tags(shards: Sequence[str], documents: ShaRange = ALL_DOCUMENTS) -
     }
 
 
-def run_documents(tags: Mapping[str, str]) -> ShaRange:
+def run_sha_range(tags: Mapping[str, str]) -> ShaRange:
     """The documents a run's per-document stages process, from its tags (all of its shards' when not limited)."""
     text = tags.get(SHA_RANGE_TAG)
     if text is None:

@@ -97,7 +97,8 @@ def run_range(resource: dict[str, object], shards: list[str], documents: ShaRang
 
 
 class ShardWorkers:
-    """`workers` processes, each on one core of this process's, started at once; `run` gives them shard ranges."""
+    """`workers` processes, each on one core of this process's, started at once; `run` gives them ranges of
+    documents."""
 
     def __init__(self, rag: RagResource, workers: int) -> None:
         self.workers = workers
@@ -160,7 +161,7 @@ class ShardWorkers:
             if not lost:
                 return finished
             pending = lost
-        lost_shards = dict.fromkeys(shard for run, _ in pending for shard in run)  # a shared shard named once
+        lost_shards = sorted({shard for run, _ in pending for shard in run})  # a shared shard named once
         raise IngestFailed("a shard worker died twice on shards " + ", ".join(lost_shards)
                            + "; ingest again to finish them (every stage resumes where it stopped)")
 

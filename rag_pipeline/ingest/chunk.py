@@ -22,7 +22,7 @@ CHECK_BATCH = 256  # chunks tokenized at a time by the size check
 
 
 def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
-                documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
+                *, documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
     """Chunk every new redacted document (of `documents`) into <sha>.jsonl (one Chunk per line)."""
     started = time.perf_counter()
     report = StageReport("chunks", sorted(shards), documents)

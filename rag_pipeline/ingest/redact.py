@@ -104,7 +104,7 @@ def released_secrets(redacted: ArtifactStore, released: Iterable[tuple[str, str]
 
 
 def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
-                  documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
+                  *, documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
     """Redact secrets and PII from every new Markdown document (of `documents`) and its title and fields; counts
     per kind go to <sha>.json.
 

@@ -1,9 +1,9 @@
 """A range of document SHAs: the part of its shards' documents a stage processes.
 
 A shard holds the documents whose SHA-256 starts with its key, so a range of SHAs covers whole shards and, at
-each end, part of one. Shard workers split the pending documents into such ranges of near-equal work, cut at a
-document rather than at a shard boundary (ingest/plan.py, defs/shard_workers.py): two runs may then share a shard,
-each processing only its own side of the cut.
+each end, part of one. Shard workers split the pending documents (ingest/plan.py, pending_work) into such ranges
+of near-equal work, cut at a document rather than at a shard boundary (balanced_ranges here, defs/partitions.py
+worker_ranges): two runs may then share a shard, each processing only its own side of the cut.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 SHA_LENGTH = 64
-_BOUND = re.compile(r"[0-9a-f]{0,64}")
+_BOUND = re.compile(f"[0-9a-f]{{0,{SHA_LENGTH}}}")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ShaRange:
         for name in ("start", "end"):
             if not _BOUND.fullmatch(getattr(self, name)):
                 raise ValueError(f"SHA range {name} {getattr(self, name)!r}: want up to 64 lower-case hex digits")
-        if self.end and self.start >= self.end:
+        if self.end and self.start.ljust(SHA_LENGTH, "0") >= self.end.ljust(SHA_LENGTH, "0"):  # "a".."a0": none
             raise ValueError(f"SHA range {self.start!r}..{self.end!r} is empty: its start must come before its end")
 
     def __contains__(self, sha: str) -> bool:
