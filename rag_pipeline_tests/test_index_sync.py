@@ -49,11 +49,11 @@ def chunk_file_lines(settings: Settings) -> int:
 def all_points(store: VectorStore, settings: Settings) -> dict[str, dict]:
     """Every point of the collection, by id (shard by shard)."""
     points = {}
+    sidecar = Sidecar(settings.sidecar_location)
     for shard in settings.shard_keys:
         state = store.shard_state(shard)
         for sha in state:
-            ids = [row["chunk_id"] for row in sql_rows(
-                Sidecar(settings.sidecar_location), "SELECT chunk_id FROM chunks WHERE sha = ?", [sha])]
+            ids = [row["chunk_id"] for row in sql_rows(sidecar, "SELECT chunk_id FROM chunks WHERE sha = ?", [sha])]
             points.update({hit.id: hit.payload for hit in store.get(ids)})
     return points
 

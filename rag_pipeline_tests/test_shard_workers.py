@@ -75,13 +75,14 @@ def test_two_workers_build_the_index_one_worker_builds(backend: str, tmp_path: P
     # side, and both embedded documents of the shard of the cut
     settings = load_settings(data_dir=data_dir)
     sidecar = Sidecar(settings.sidecar_location)
-    sides = [sidecar.run_actions([run_id])[("embeddings", "added")] for run_id in summary["run_ids"][1:3]]
+    actions = [sidecar.run_actions([run_id]) for run_id in summary["run_ids"][1:3]]
+    sides = [done[("embeddings", "added")] for done in actions]
     assert not sides[0] & sides[1] and len(sides[0] | sides[1]) == DOCUMENTS
     assert abs(len(sides[0]) - len(sides[1])) <= 6
     shards = [{settings.shard_of(sha) for sha in side} for side in sides]
     assert len(shards[0] & shards[1]) == 1
     for stage in ("markdown_documents", "redacted_documents", "chunks"):  # every per-document stage kept to its side
-        assert [sidecar.run_actions([run_id])[(stage, "added")] for run_id in summary["run_ids"][1:3]] == sides
+        assert [done[(stage, "added")] for done in actions] == sides
     assert texts(assert_index_agrees(data_dir)) == texts(sequential[1])
     again = ingest([root], data_dir)
     assert again["added"] == 0 and again["unchanged"] == DOCUMENTS and again["run_ids"] == []

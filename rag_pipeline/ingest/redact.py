@@ -179,10 +179,11 @@ def drop_unredacted(raw: ArtifactStore, markdown: ArtifactStore, redacted: Artif
     `documents`). Kept: the Markdown's page map (<sha>.json, its title dropped) and recorded conversion failures
     (<sha>.error.json)."""
     for shard in shards:
-        done = documents.select(redacted.shas(shard) | markdown.shas(shard, "error.json"))
+        released = documents.select(redacted.shas(shard))
+        done = released | documents.select(markdown.shas(shard, "error.json"))
         for sha in sorted(done - raw.shas(shard, DROPPED)):
             raw.drop(shard, sha)
-        for sha in sorted(documents.select(redacted.shas(shard)) - markdown.shas(shard, DROPPED)):
+        for sha in sorted(released - markdown.shas(shard, DROPPED)):
             page_map = {**markdown.read_json(shard, sha, "json"), "title": None, "fields": None}
             markdown.write_json(shard, sha, "json", page_map)
             markdown.drop(shard, sha, keep=("json",))

@@ -27,8 +27,9 @@ class ShaRange:
 
     def __post_init__(self) -> None:
         for name in ("start", "end"):
-            if not _BOUND.fullmatch(getattr(self, name)):
-                raise ValueError(f"SHA range {name} {getattr(self, name)!r}: want up to 64 lower-case hex digits")
+            bound = getattr(self, name)
+            if not _BOUND.fullmatch(bound):
+                raise ValueError(f"SHA range {name} {bound!r}: want up to {SHA_LENGTH} lower-case hex digits")
         if self.end and self.start.ljust(SHA_LENGTH, "0") >= self.end.ljust(SHA_LENGTH, "0"):  # "a".."a0": none
             raise ValueError(f"SHA range {self.start!r}..{self.end!r} is empty: its start must come before its end")
 
