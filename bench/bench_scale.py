@@ -6,12 +6,16 @@ steps whose writes are serialised (raw_documents, vector_index, metadata_sidecar
 while no worker runs). Prints docs/s per count and the ratio of the largest count's docs/s to one worker's; --json
 writes {"ratio": ..., "runs": [...]}. The ONNX export of the model is made once beforehand, outside the timings.
 
+With --rounds R (default 1), every count runs once per round, the counts in turn (1, 2, 1, 2, ...): each round's
+ratio compares runs made a minute apart, so a machine whose speed drifts (other tenants' load) moves both of
+them; the ratio printed and written is the median of the rounds' ratios (`round_ratios` lists them all).
+
 With --sidecar-url (a PostgreSQL server's postgresql://user:password@host:port/db, a user that may create
 databases), every run gets a fresh database of its own on that server as its sidecar (RAG_SIDECAR_URL), dropped
 afterwards; without it, each run's sidecar is DuckDB in its data dir.
 
     .venv/bin/python bench/bench_scale.py [--workers 1,2] [--limit N] [--corpus FILE] [--work DIR] [--json PATH]
-        [--sidecar-url URL]
+        [--sidecar-url URL] [--rounds R]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,12 +104,17 @@ def main() -> None:
     parser.add_argument("--sidecar-url", default=None, metavar="URL",
                         help="a PostgreSQL server (postgresql://user:password@host:port/db): each run's sidecar is a "
                              "fresh database there (default: DuckDB in the run's data dir)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every count this many times, the counts in turn; the ratio is the median of the "
+                             "rounds' ratios (default: 1)")
     parser.add_argument("--ingest-once", nargs=2, type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ingest_once:
         ingest_once(*args.ingest_once)
         return
     counts = sorted({int(count) for count in args.workers.split(",")})
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be at least 1")
     available = len(os.sched_getaffinity(0))
     if counts[-1] > available:
         raise SystemExit(f"{counts[-1]} workers need {counts[-1]} cores; this process may use {available}")
@@ -121,20 +131,29 @@ def main() -> None:
 
     print(f"documents {documents}, sidecar {'PostgreSQL' if args.sidecar_url else 'DuckDB'}, "
           f"load average {os.getloadavg()[0]:.2f} (1 min) at the start")
-    runs = []
-    for workers in counts:
-        run = timed_ingest(corpus, work / f"data_{workers}", workers, environment, args.sidecar_url)
-        run["sidecar"] = "postgresql" if args.sidecar_url else "duckdb"
-        run["load_average"] = round(os.getloadavg()[0], 2)
-        runs.append(run)
-        print(f"{workers} worker(s) on cores {run['cores']:5}  {run['docs_per_s']:7.2f} docs/s  "
-              f"wall {run['wall_seconds']:7.1f} s  serialised writes {run['serial_write_seconds']:5.1f} s  "
-              f"embedding {run['embed_seconds']:6.1f} s (summed over workers)  load {run['load_average']:.2f}")
-    ratio = runs[-1]["docs_per_s"] / runs[0]["docs_per_s"]
-    print(f"ratio {counts[-1]} / {counts[0]} workers: {ratio:.2f}x")
+    runs, round_ratios = [], []
+    for round_number in range(1, args.rounds + 1):
+        this_round = []
+        for workers in counts:
+            run = timed_ingest(corpus, work / f"data_{workers}", workers, environment, args.sidecar_url)
+            run["sidecar"] = "postgresql" if args.sidecar_url else "duckdb"
+            run["load_average"] = round(os.getloadavg()[0], 2)
+            run["round"] = round_number
+            this_round.append(run)
+            print(f"{workers} worker(s) on cores {run['cores']:5}  {run['docs_per_s']:7.2f} docs/s  "
+                  f"wall {run['wall_seconds']:7.1f} s  serialised writes {run['serial_write_seconds']:5.1f} s  "
+                  f"embedding {run['embed_seconds']:6.1f} s (summed over workers)  load {run['load_average']:.2f}")
+        runs += this_round
+        round_ratios.append(round(this_round[-1]["docs_per_s"] / this_round[0]["docs_per_s"], 3))
+        print(f"ratio {counts[-1]} / {counts[0]} workers: {round_ratios[-1]:.2f}x"
+              + (f" (round {round_number} of {args.rounds})" if args.rounds > 1 else ""))
+    ratio = statistics.median(round_ratios)
+    if args.rounds > 1:
+        print(f"median ratio over {args.rounds} rounds: {ratio:.2f}x (rounds: "
+              + ", ".join(f"{value:.2f}x" for value in round_ratios) + ")")
     if args.json:
-        args.json.write_text(json.dumps({"ratio": round(ratio, 3), "documents": documents, "runs": runs}, indent=2)
-                             + "\n")
+        args.json.write_text(json.dumps({"ratio": round(ratio, 3), "documents": documents, "runs": runs,
+                                         "round_ratios": round_ratios}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
