@@ -40,20 +40,12 @@ SERIAL_STAGES = ("raw_documents", "vector_index", "metadata_sidecar")
 
 
 def ingest_once(corpus: Path, data_dir: Path) -> None:
-    """In the subprocess: one ingest as `rag-pipeline ingest` runs it (the shard workers' forkserver, when there
-    are workers, started before this process imports the ingest); prints its summary and its wall time, this
-    process's own imports left out, as JSON."""
-    from rag_pipeline.defs.worker_start import start_shard_workers_early
-    from rag_pipeline.settings import Settings
-
-    started = time.perf_counter()
-    start_shard_workers_early(Settings(data_dir=data_dir), [str(corpus.resolve())])
-    early = time.perf_counter() - started
+    """In the subprocess: one ingest; prints its summary and wall time as JSON."""
     from rag_pipeline.defs.ingest_runner import ingest
 
     started = time.perf_counter()
     summary = ingest([corpus], data_dir)
-    print(json.dumps({"wall": early + time.perf_counter() - started, "summary": summary}))
+    print(json.dumps({"wall": time.perf_counter() - started, "summary": summary}))
 
 
 @contextmanager

@@ -124,9 +124,8 @@ def test_only_the_dagster_layer_imports_dagster() -> None:
 
 
 def test_the_library_does_not_import_the_dagster_layer() -> None:
-    """The library (and the serving layer on it) reaches Dagster only through the in-process ingest runner (and the
-    early start of its shard workers, which imports no Dagster: the CLI calls it before importing the runner)."""
-    allowed = {"rag_pipeline.defs.ingest_runner", "rag_pipeline.defs.worker_start"}
+    """The library (and the serving layer on it) reaches Dagster only through the in-process ingest runner."""
+    allowed = {"rag_pipeline.defs.ingest_runner"}
     offenders = {
         name: sorted(target for target in targets if target.startswith("rag_pipeline.defs") and target not in allowed)
         for name, targets in internal_graph().items() if not name.startswith("rag_pipeline.defs")

@@ -202,35 +202,26 @@ def test_the_cli_starts_the_conversion_workers_before_its_imports_when_docling_h
     assert not conversions_ahead(Settings(data_dir=data_dir), [root])  # what discovery ignores is no work
 
 
-def dagster_imported_at_early_start(module: str, function: str, root: Path, data_dir: Path,
-                                    environment: dict[str, str]) -> str:
-    """Run `rag-pipeline ingest root` in a fresh interpreter until it calls `module.function` (the start of a
-    forkserver, replaced by a stop): the last line it printed, "[False]" when Dagster was not imported by then."""
-    script = f"""
-import sys
-import {module} as target
-class Stop(Exception):
-    pass
-def start():
-    print(["dagster" in sys.modules])
-    raise Stop
-target.{function} = start
-from rag_pipeline.serve.cli import main
-try:
-    main(["ingest", {str(root)!r}, "--data-dir", {str(data_dir)!r}])
-except Stop:
-    pass
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", **environment})
-    return (done.stdout.strip().splitlines()[-1:] or [done.stdout + done.stderr])[0]
-
-
 def test_the_cli_looks_for_conversions_before_importing_dagster(tmp_path: Path) -> None:
     """In a fresh interpreter: the CLI's early start happens while Dagster is not imported yet."""
     root = tmp_path / "docs"
     root.mkdir()
     (root / "page.html").write_text("<html><body><h1>Page</h1></body></html>")
-    started = dagster_imported_at_early_start("rag_pipeline.ingest.convert", "start_conversion_workers", root,
-                                              tmp_path / "data", {})
-    assert started == "[False]", started
+    script = f"""
+import sys
+from rag_pipeline.ingest import convert
+class Stop(Exception):
+    pass
+def start():
+    print(["dagster" in sys.modules])
+    raise Stop
+convert.start_conversion_workers = start
+from rag_pipeline.serve.cli import main
+try:
+    main(["ingest", {str(root)!r}, "--data-dir", {str(tmp_path / "data")!r}])
+except Stop:
+    pass
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.stdout.strip().splitlines()[-1:] == ["[False]"], done.stdout + done.stderr

@@ -20,18 +20,16 @@ from pathlib import Path
 import pytest
 
 from rag_pipeline.components import load_settings
-from rag_pipeline.defs import worker_start
+from rag_pipeline.defs import ingest_runner
 from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.partitions import shard_ranges
 from rag_pipeline.defs.resources import RagResource
 from rag_pipeline.ingest.stage import stores
-from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
 from .conftest import REPO
 from .pg_server import postgres_server  # noqa: F401  (a fixture, started only for the postgres parameter)
 from .sidecar_backends import location_for
-from .test_convert_pool import dagster_imported_at_early_start
 from .test_crash_state import DOCUMENTS, assert_honest_state, files, texts
 from .test_index_sync import assert_index_agrees, scifact_files
 
@@ -216,14 +214,12 @@ def test_the_workers_forkserver_starts_before_discovery_only_for_new_or_changed_
     note, other = root / "note.md", root / "other.txt"
     note.write_text("# Note\n\nA new note.\n")
     started: list[int] = []
-    monkeypatch.setattr(worker_start, "start_shard_workers_forkserver", lambda: started.append(1))
-    monkeypatch.setattr(worker_start, "started_forkserver", lambda: None)  # another test's may run in this process
+    monkeypatch.setattr(ingest_runner, "start_shard_workers_forkserver", lambda: started.append(1))
 
     def starts_early(workers: int) -> bool:
         monkeypatch.setenv("RAG_INGEST_WORKERS", str(workers))
         started.clear()
-        rag = RagResource(roots=[str(root)], data_dir=str(data_dir))
-        assert worker_start.start_shard_workers_early(rag.settings, rag.roots) == bool(started)
+        ingest_runner.start_shard_workers_early(RagResource(roots=[str(root)], data_dir=str(data_dir)))
         return bool(started)
 
     assert not starts_early(2)  # one new file: one shard
@@ -240,44 +236,3 @@ def test_the_workers_forkserver_starts_before_discovery_only_for_new_or_changed_
     (root / "empty.md").write_text("")  # refused by discovery
     note.unlink()
     assert not starts_early(2)
-
-
-def test_no_second_look_once_this_process_started_its_forkserver(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ingest's own early start walks no folder again when the CLI already started the forkserver."""
-    root = tmp_path / "docs"
-    root.mkdir()
-    for name in ("a.txt", "b.txt"):
-        (root / name).write_text(f"New file {name}.\n")
-
-    def no_walk(*_: object) -> None:
-        raise AssertionError("the folders were walked again")
-
-    monkeypatch.setattr(worker_start, "files_since_scan", no_walk)
-    monkeypatch.setattr(worker_start, "started_forkserver", lambda: list(worker_start.PRELOAD))
-    assert not worker_start.start_shard_workers_early(Settings(data_dir=tmp_path / "data", ingest_workers=2), [root])
-
-
-def test_the_cli_starts_the_workers_forkserver_before_importing_dagster(tmp_path: Path) -> None:
-    """In a fresh interpreter, with two workers and two new files: the CLI starts the shard workers' forkserver
-    (which then imports Dagster on another core) while this process has not imported Dagster yet."""
-    root = tmp_path / "docs"
-    root.mkdir()
-    for name in ("a.txt", "b.txt"):
-        (root / name).write_text(f"New file {name}.\n")
-    started = dagster_imported_at_early_start("rag_pipeline.defs.worker_start", "start_shard_workers_forkserver", root,
-                                              tmp_path / "data", {"RAG_INGEST_WORKERS": "2"})
-    assert started == "[False]", started
-
-
-def test_start_forkserver_records_the_preload_it_started_with() -> None:
-    """started_forkserver names the first preload (a later start_forkserver has no effect on a running one)."""
-    script = """
-from rag_pipeline.ingest.worker_pool import start_forkserver, started_forkserver
-print(started_forkserver())
-start_forkserver(["json"])
-start_forkserver(["csv"])
-print(started_forkserver())
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.stdout.split("\n")[:2] == ["None", "['json']"], done.stdout + done.stderr

@@ -10,6 +10,7 @@ RAG_INGEST_WORKERS > 1 the per-document stages of a run's shards run in shard wo
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -39,11 +40,11 @@ from rag_pipeline.defs.local_runs import (
 )
 from rag_pipeline.defs.partitions import shard_runs
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.defs.shard_workers import ShardWorkers
-from rag_pipeline.defs.worker_start import start_shard_workers_early, start_shard_workers_forkserver
+from rag_pipeline.defs.shard_workers import ShardWorkers, start_shard_workers_forkserver
 from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.convert import start_conversion_workers
+from rag_pipeline.ingest.discover import files_since_scan
 from rag_pipeline.ingest.membership import forget_source
 from rag_pipeline.ingest.plan import docling_pending, pending_shards, pending_work
 from rag_pipeline.ingest.summary import IngestSummary
@@ -54,6 +55,7 @@ from rag_pipeline.structured.freshness import stale_fields
 AFTER_SHARDS = [document_enrichment, roster, index_generation, corpus_summary]
 STORE_POLL_S = 0.25  # how often an ingest tries again for the embedded store another process holds
 LOCK_PATIENCE_S = 1.0  # a server asks who holds ingest.lock by taking it for an instant
+EARLY_LOOK_FILES = 10_000  # the most files start_shard_workers_early looks at (a no-change look walks them all)
 
 
 @contextmanager
@@ -114,11 +116,26 @@ def ingest(roots: Sequence[str | Path] | None = None, data_dir: str | Path | Non
         add_roots=add_roots,
     )
     settings = rag.settings
-    start_shard_workers_early(settings, rag.roots)  # unless the CLI started it before its imports
+    start_shard_workers_early(rag)
     with exclusive_ingest(settings.data_dir), held_store(rag):
         if forget is not None:
             forget_source(settings, rag.sidecar(), forget)
         return locked_ingest(rag, started)
+
+
+def start_shard_workers_early(rag: RagResource) -> None:
+    """With RAG_INGEST_WORKERS > 1, start the shard workers' forkserver before the lock, discovery and the diff when
+    the given folders hold two or more files that are new or changed since the last scan (a look at the first
+    EARLY_LOOK_FILES files that hashes nothing): its imports (Dagster and the pipeline, ~2 s of a core) then overlap
+    them, and the workers are ready when raw_documents ends. One such file is one shard's work, which no worker
+    runs (and its conversions want docling's forkserver). A wrong guess costs an idle forkserver, or conversion
+    workers that import docling themselves."""
+    if rag.settings.ingest_workers < 2 or not rag.roots:
+        return
+    looked = itertools.islice(files_since_scan(rag.settings, rag.roots), EARLY_LOOK_FILES)
+    changed = (path for path, _, sha in looked if sha is None)
+    if len(list(itertools.islice(changed, 2))) == 2:
+        start_shard_workers_forkserver()
 
 
 def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:

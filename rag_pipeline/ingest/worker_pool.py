@@ -52,22 +52,11 @@ def _serve(connection: Connection, make_handler: Callable[[], Callable[[Any], An
         pass
 
 
-_started_preload: list[str] | None = None  # what start_forkserver started this process's forkserver with
-
-
 def start_forkserver(preload: Sequence[str]) -> None:
     """Start this process's forkserver now: it imports `preload` in the background, so that the first pool's
     workers do not wait for those imports (no effect once it runs)."""
-    global _started_preload
     CONTEXT.set_forkserver_preload(list(preload))
     multiprocessing.forkserver.ensure_running()
-    if _started_preload is None:
-        _started_preload = list(preload)
-
-
-def started_forkserver() -> list[str] | None:
-    """The preload start_forkserver started this process's forkserver with; None when it did not start one."""
-    return _started_preload
 
 
 class WorkerPool(Generic[Job, Result]):

@@ -21,39 +21,23 @@ def check_roots(roots: list[str]) -> None:
         raise InputError(f"not a directory: {', '.join(missing)}")
 
 
-def ingest_roots(args: argparse.Namespace, settings: Settings) -> list[str]:
-    """The folders an ingest command will walk, as the ingest resolves them (a named source's roots are in the
-    sidecar: none here)."""
-    return [str(Path(root).resolve()) for root in args.roots or ([] if args.source else settings.roots)]
-
-
 def start_conversions_early(args: argparse.Namespace, settings: Settings) -> bool:
     """Start docling's conversion workers now when the folders hold work for them, before Dagster is imported: their
     import of docling (~2.4 s of a core) then overlaps Dagster's and the discovery. Not with shard workers
     (RAG_INGEST_WORKERS > 1): they need this process's forkserver for their own preload."""
     from rag_pipeline.ingest.convert import conversions_ahead, start_conversion_workers
 
-    if settings.ingest_workers > 1 or not conversions_ahead(settings, ingest_roots(args, settings)):
+    roots = args.roots or ([] if args.source else settings.roots)  # a named source's roots are in the sidecar
+    if settings.ingest_workers > 1 or not conversions_ahead(settings, roots):
         return False
     start_conversion_workers()
     return True
 
 
-def start_workers_early(args: argparse.Namespace, settings: Settings) -> bool:
-    """Start the forkserver the ingest's workers fork from now, before Dagster is imported, when the folders hold
-    work for them: the shard workers' (RAG_INGEST_WORKERS > 1; its imports of Dagster and the pipeline then overlap
-    this process's own), else docling's conversion workers'. Whether one started."""
-    if settings.ingest_workers > 1:
-        from rag_pipeline.defs.worker_start import start_shard_workers_early
-
-        return start_shard_workers_early(settings, ingest_roots(args, settings))
-    return start_conversions_early(args, settings)
-
-
 def run_ingest(args: argparse.Namespace, settings: Settings) -> int:
     """Discover, diff by SHA and materialise the changed shards through Dagster in this process."""
     check_roots(args.roots)
-    start_workers_early(args, settings)
+    start_conversions_early(args, settings)
     from rag_pipeline.defs.ingest_runner import ingest
 
     summary = ingest(args.roots, settings.data_dir, source=args.source, progress=True, add_roots=not args.replace)
