@@ -144,7 +144,7 @@ def main() -> None:
                   f"wall {run['wall_seconds']:7.1f} s  serialised writes {run['serial_write_seconds']:5.1f} s  "
                   f"embedding {run['embed_seconds']:6.1f} s (summed over workers)  load {run['load_average']:.2f}")
         runs += this_round
-        round_ratios.append(round(this_round[-1]["docs_per_s"] / this_round[0]["docs_per_s"], 3))
+        round_ratios.append(this_round[-1]["docs_per_s"] / this_round[0]["docs_per_s"])
         print(f"ratio {counts[-1]} / {counts[0]} workers: {round_ratios[-1]:.2f}x"
               + (f" (round {round_number} of {args.rounds})" if args.rounds > 1 else ""))
     ratio = statistics.median(round_ratios)
@@ -153,7 +153,8 @@ def main() -> None:
               + ", ".join(f"{value:.2f}x" for value in round_ratios) + ")")
     if args.json:
         args.json.write_text(json.dumps({"ratio": round(ratio, 3), "documents": documents, "runs": runs,
-                                         "round_ratios": round_ratios}, indent=2) + "\n")
+                                         "round_ratios": [round(value, 3) for value in round_ratios]}, indent=2)
+                             + "\n")
 
 
 if __name__ == "__main__":
