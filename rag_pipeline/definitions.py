@@ -4,6 +4,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline.defs.step_executor import step_executor
+
 
 @dg.definitions
 def defs() -> dg.Definitions:
@@ -12,5 +14,5 @@ def defs() -> dg.Definitions:
     return dg.Definitions(
         assets=dg.with_source_code_references(assets),
         asset_checks=loaded.asset_checks, jobs=loaded.jobs, schedules=loaded.schedules, sensors=loaded.sensors,
-        resources=loaded.resources,
+        resources=loaded.resources, executor=step_executor,
     )

@@ -285,8 +285,9 @@ class Settings(BaseSettings):
     # Where artifacts and the embedding cache live (default: the data dir): a filesystem path every worker reaches
     # (NFS, EFS, a ReadWriteMany volume) when workers run on several machines.
     shared_dir: Path | None = None
-    # The executor of ingest_job in a Dagster deployment (defs/jobs.py): "multiprocess" (Dagster's default: the
-    # steps of a run are processes of its run worker) or "celery" (dagster-celery: every step is a task that any
+    # The executor of ingest_job in a Dagster deployment (defs/jobs.py): "multiprocess" (the code location's
+    # default, defs/step_executor.py: the steps of a run are processes its run worker forks from one forkserver) or
+    # "celery" (dagster-celery: every step is a task that any
     # `worker` container takes from the broker, DAGSTER_CELERY_BROKER_HOST; docker-compose.yml's worker service).
     dagster_executor: Literal["multiprocess", "celery"] = "multiprocess"
     # The metadata sidecar on a PostgreSQL server (postgresql://user:password@host:port/db), which every ingest worker

@@ -5,15 +5,16 @@ import dagster as dg
 from rag_pipeline.defs.assets import INGEST_ASSETS
 from rag_pipeline.defs.location import DEFINITION_SETTINGS
 from rag_pipeline.defs.partitions import SHARDS
+from rag_pipeline.defs.step_executor import step_executor
 
 
-def ingest_executor() -> dg.ExecutorDefinition | None:
-    """The executor RAG_DAGSTER_EXECUTOR names; None: Dagster's default (multiprocess)."""
+def ingest_executor() -> dg.ExecutorDefinition:
+    """The executor RAG_DAGSTER_EXECUTOR names: the code location's forked multiprocess executor, or Celery."""
     if DEFINITION_SETTINGS.dagster_executor == "celery":
         from dagster_celery import celery_executor  # installed in the image only (Dockerfile)
 
         return celery_executor
-    return None
+    return step_executor
 
 
 ingest_job = dg.define_asset_job(
