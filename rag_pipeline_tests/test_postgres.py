@@ -17,6 +17,7 @@ from rag_pipeline.defs.ingest_runner import ingest
 
 from .conftest import REPO
 from .pg_server import PostgresServer, postgres_server  # noqa: F401  (postgres_server is a fixture)
+from .test_step_executor import assert_step_forked
 
 SQLITE_CONFIG = REPO / "dagster.yaml"
 POSTGRES_CONFIG = REPO / "deploy" / "dagster-postgres.yaml"
@@ -43,6 +44,12 @@ def postgres_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_serv
     for name, value in postgres_server.dagster_env().items():
         monkeypatch.setenv(name, value)
     return home
+
+
+@pytest.mark.slow
+def test_a_run_forks_its_steps_on_postgres_storage(postgres_home: Path) -> None:
+    """The code location's executor with the instance's storage in PostgreSQL: each step connects on its own."""
+    assert_step_forked(postgres_home)
 
 
 @pytest.mark.slow

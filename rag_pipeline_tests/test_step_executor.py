@@ -2,14 +2,16 @@
 
 A real run through Dagster's multiprocess executor shows where its step ran: in a process forked from a forkserver
 that had imported the code location and the PostgreSQL storage (which nothing a spawned step imports would bring
-in for a SQLite instance). The forkserver skips a preload module that fails to import, so each one is imported
-here in a fresh interpreter.
+in for a SQLite instance). It runs on the default instance config here, and on deploy/dagster-postgres.yaml in
+test_postgres. The forkserver skips a preload module that fails to import, so each one is imported here in a fresh
+interpreter.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,8 +20,9 @@ import dagster as dg
 
 from rag_pipeline.definitions import defs
 from rag_pipeline.defs.step_executor import step_executor, step_preload_modules
+from rag_pipeline_tests.conftest import REPO
 
-DEFS_FOLDER = Path(__file__).parents[1] / "rag_pipeline" / "defs"
+DEFS_FOLDER = REPO / "rag_pipeline" / "defs"
 PRELOADED = ("dagster_postgres", "rag_pipeline.defs.sensors")
 
 
@@ -59,23 +62,30 @@ def test_every_job_of_the_code_location_forks_its_steps() -> None:
         assert job.executor_def is step_executor, f"{job.name} runs with {job.executor_def.name}"
 
 
-def where_step_job_ran(instance_dir: str) -> dict:
-    """Run step_job on a test instance in `instance_dir`; step_process's metadata."""
-    with dg.instance_for_test(temp_dir=instance_dir) as instance:
+def where_step_job_ran(home: str) -> dict:
+    """Run step_job on the instance of DAGSTER_HOME `home`; step_process's metadata."""
+    with dg.DagsterInstance.from_config(home) as instance:
         with dg.execute_job(dg.reconstructable(step_job), instance=instance) as result:
             assert result.success
         event = instance.get_latest_materialization_event(dg.AssetKey("step_process"))
     return {label: entry.value for label, entry in event.asset_materialization.metadata.items()}
 
 
-def test_a_run_forks_its_steps_from_the_preloaded_forkserver(tmp_path: Path) -> None:
-    """In a process of its own, as a run worker is: a process has one forkserver, and this one's may already run
-    (with the conversion workers' preload) when this test starts."""
+def assert_step_forked(home: Path) -> None:
+    """step_job's step ran in a process forked from the preloaded forkserver. The job runs in a process of its own,
+    as a run worker is: a process has one forkserver, and this one's may already run (with the conversion workers'
+    preload) when the test starts."""
     script = ("import json, sys\nfrom rag_pipeline_tests.test_step_executor import where_step_job_ran\n"
               "print(json.dumps(where_step_job_ran(sys.argv[1])))")
-    result = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run([sys.executable, "-c", script, str(home)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     where = json.loads(result.stdout.strip().splitlines()[-1])
     assert "multiprocessing.forkserver" in where["parent"], where
     assert all(where[name] is True for name in PRELOADED), where
+
+
+def test_a_run_forks_its_steps_from_the_preloaded_forkserver(tmp_path: Path) -> None:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    assert_step_forked(home)
