@@ -1,9 +1,10 @@
-"""Runs of the Dagster code location as the UI, the sensors and the schedule launch them, with its executor (each
-step forked from a preloaded forkserver, defs/step_executor.py) and with Dagster's default multiprocess executor
-(each step a spawned interpreter), in turn: `dagster asset materialize` of the seven ingest assets over every shard
-of a fresh copy of the corpus (the sample corpus by default) into a fresh data dir and DAGSTER_HOME. Prints each
-run's seconds (its event log's start to end), the seconds its steps spent starting (STEP_WORKER_STARTING to
-STEP_START) and the process's wall, then the ratio of the executors' median run seconds.
+"""Runs of the Dagster code location with the executor its runs use (each step forked from a preloaded forkserver,
+defs/step_executor.py) and with Dagster's default start method (each step a spawned interpreter, chosen in the run
+config), in turn, the order alternating by round, after one untimed run that warms the file cache: `dagster asset
+materialize` of the seven ingest assets over every shard of a fresh copy of the corpus (the sample corpus by
+default) into a fresh data dir and DAGSTER_HOME. Prints each run's seconds (its event log's start to end), the
+seconds its steps spent starting (STEP_WORKER_STARTING to STEP_START) and the process's wall, then the ratio of the
+two ways' median run seconds.
 
     .venv/bin/python bench/bench_dagster_run.py [--corpus DIR] [--rounds R] [--json PATH]
 """
@@ -26,19 +27,8 @@ import dagster as dg
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "golden" / "corpus"
 INGEST_ASSETS = "raw_documents,markdown_documents,redacted_documents,chunks,embeddings,vector_index,metadata_sidecar"
-# The code location with Dagster's default executor in place of its own (the baseline): its only Definitions.
-SPAWNED_LOCATION = """import dagster as dg
-
-import rag_pipeline.definitions
-
-
-def spawned(forked: dg.Definitions) -> dg.Definitions:
-    return dg.Definitions(assets=forked.assets, asset_checks=forked.asset_checks, resources=forked.resources,
-                          executor=dg.multiprocess_executor)
-
-
-defs = spawned(rag_pipeline.definitions.defs())
-"""
+SPAWNED = {"execution": {"config": {"multiprocess": {"start_method": {"spawn": {}}}}}}
+WAYS = ("spawned", "forked")
 
 
 def shard_range() -> str:
@@ -54,36 +44,40 @@ def run_seconds(home: Path) -> tuple[float, float]:
     with dg.DagsterInstance.from_config(str(home)) as instance:
         [run] = instance.get_runs()
         assert run.status == dg.DagsterRunStatus.SUCCESS, f"run {run.run_id} ended {run.status}"
-        events = [(entry.timestamp, entry.dagster_event.event_type_value) for entry in instance.all_logs(run.run_id)
-                  if entry.dagster_event]
-    starting: float | None = None
+        events = [(entry.timestamp, entry.dagster_event.event_type_value, entry.step_key)
+                  for entry in instance.all_logs(run.run_id) if entry.dagster_event]
+    starting: dict[str, float] = {}
     start_up = 0.0
-    for timestamp, kind in events:
+    for timestamp, kind, step in events:
         if kind == "STEP_WORKER_STARTING":
-            starting = timestamp
-        elif kind == "STEP_START" and starting is not None:
-            start_up, starting = start_up + timestamp - starting, None
+            starting[step] = timestamp
+        elif kind == "STEP_START" and step in starting:
+            start_up += timestamp - starting.pop(step)
     return events[-1][0] - events[0][0], start_up
 
 
-def one_run(executor: str, corpus: Path, work: Path, partitions: str) -> dict:
-    """A fresh run of the ingest assets with `executor` ("forked": the code location's; "spawned": Dagster's)."""
-    run_dir = work / executor
+def one_run(way: str, corpus: Path, work: Path, partitions: str) -> dict:
+    """A fresh run of the ingest assets, its steps "forked" (the code location's executor) or "spawned"."""
+    run_dir = work / way
     shutil.rmtree(run_dir, ignore_errors=True)
     (run_dir / "home").mkdir(parents=True)
     shutil.copy(REPO / "dagster.yaml", run_dir / "home" / "dagster.yaml")
     shutil.copytree(corpus, run_dir / "corpus")
-    target = ["-m", "rag_pipeline.definitions"] if executor == "forked" else ["-f", str(work / "spawned_location.py")]
     env = {**os.environ, "DAGSTER_HOME": str(run_dir / "home"), "RAG_DATA_DIR": str(run_dir / "data"),
            "RAG_ROOTS": str(run_dir / "corpus"), "HF_HUB_OFFLINE": "1"}
+    command = [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m", "rag_pipeline.definitions",
+               "--select", INGEST_ASSETS, "--partition-range", partitions,
+               "--config-json", json.dumps(SPAWNED if way == "spawned" else {})]
+    log = run_dir / "dagster.log"
     started = time.perf_counter()
-    subprocess.run([str(Path(sys.executable).with_name("dagster")), "asset", "materialize", *target,
-                    "--select", INGEST_ASSETS, "--partition-range", partitions], env=env, cwd=REPO, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with log.open("w") as output:
+        finished = subprocess.run(command, env=env, cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - started
+    if finished.returncode != 0:
+        sys.exit(f"the {way} run failed ({finished.returncode}):\n" + "\n".join(log.read_text().splitlines()[-40:]))
     seconds, start_up = run_seconds(run_dir / "home")
-    print(f"{executor:<8} run {seconds:6.2f} s   steps starting {start_up:6.2f} s   wall {wall:6.2f} s", flush=True)
-    return {"executor": executor, "run_seconds": round(seconds, 3), "step_start_seconds": round(start_up, 3),
+    print(f"{way:<8} run {seconds:6.2f} s   steps starting {start_up:6.2f} s   wall {wall:6.2f} s", flush=True)
+    return {"executor": way, "run_seconds": round(seconds, 3), "step_start_seconds": round(start_up, 3),
             "wall_seconds": round(wall, 3)}
 
 
@@ -100,12 +94,12 @@ def main() -> None:
     partitions = shard_range()
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench_dagster_run_") as temp:
-        work = Path(temp)
-        (work / "spawned_location.py").write_text(SPAWNED_LOCATION)
-        for _ in range(args.rounds):
-            runs += [one_run(executor, args.corpus, work, partitions) for executor in ("spawned", "forked")]
-    median = {executor: statistics.median(run["run_seconds"] for run in runs if run["executor"] == executor)
-              for executor in ("spawned", "forked")}
+        print("warm-up:", end=" ", flush=True)
+        one_run("forked", args.corpus, Path(temp), partitions)
+        for round_number in range(args.rounds):
+            order = WAYS if round_number % 2 == 0 else WAYS[::-1]
+            runs += [one_run(way, args.corpus, Path(temp), partitions) for way in order]
+    median = {way: statistics.median(run["run_seconds"] for run in runs if run["executor"] == way) for way in WAYS}
     ratio = median["forked"] / median["spawned"]
     print(f"median run: spawned {median['spawned']:.2f} s, forked {median['forked']:.2f} s; forked/spawned "
           f"{ratio:.2f}x")

@@ -17,6 +17,7 @@ from rag_pipeline.defs.ingest_runner import ingest
 
 from .conftest import REPO
 from .pg_server import PostgresServer, postgres_server  # noqa: F401  (postgres_server is a fixture)
+from .sidecar_backends import fresh_database
 from .test_step_executor import assert_step_forked
 
 SQLITE_CONFIG = REPO / "dagster.yaml"
@@ -47,8 +48,11 @@ def postgres_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_serv
 
 
 @pytest.mark.slow
-def test_a_run_forks_its_steps_on_postgres_storage(postgres_home: Path) -> None:
-    """The code location's executor with the instance's storage in PostgreSQL: each step connects on its own."""
+def test_a_run_forks_its_steps_on_postgres_storage(postgres_home: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    postgres_server: PostgresServer) -> None:  # noqa: F811
+    """The code location's executor with the instance's storage in PostgreSQL (a database of its own, so that the
+    other tests count only their runs): steps forked from the forkserver."""
+    monkeypatch.setenv("DAGSTER_PG_DB", fresh_database(postgres_server).rsplit("/", 1)[1])
     assert_step_forked(postgres_home)
 
 

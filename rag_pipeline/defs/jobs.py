@@ -5,16 +5,15 @@ import dagster as dg
 from rag_pipeline.defs.assets import INGEST_ASSETS
 from rag_pipeline.defs.location import DEFINITION_SETTINGS
 from rag_pipeline.defs.partitions import SHARDS
-from rag_pipeline.defs.step_executor import step_executor
 
 
-def ingest_executor() -> dg.ExecutorDefinition:
-    """The executor RAG_DAGSTER_EXECUTOR names: the code location's forked multiprocess executor, or Celery."""
+def ingest_executor() -> dg.ExecutorDefinition | None:
+    """The executor RAG_DAGSTER_EXECUTOR names; None: the code location's (defs/step_executor.py)."""
     if DEFINITION_SETTINGS.dagster_executor == "celery":
         from dagster_celery import celery_executor  # installed in the image only (Dockerfile)
 
         return celery_executor
-    return step_executor
+    return None
 
 
 ingest_job = dg.define_asset_job(

@@ -1,7 +1,12 @@
-"""The executor of the code location's runs: Dagster's multiprocess executor, each step forked from a forkserver
-that has imported what a step needs. That is one forkserver per run (the UI's, the sensors', the schedule's), which
-imports Dagster's step execution, its instance storages and this code location once; Dagster's default spawns a
-fresh interpreter per step that imports them all again, ~2 s before every step."""
+"""The executor of the code location's runs: Dagster's default executor, whose multiprocess mode forks each step
+from a forkserver that has imported what a step needs, unless the run's config chooses otherwise.
+
+A run worker (one process per run: the UI's, the sensors', the schedule's) starts that forkserver at its first step;
+it imports Dagster's step execution, its instance storages and this code location once. Dagster's default start
+method spawns a fresh interpreter per step that imports them all again, ~2.5 s before every step. The forkserver is
+the process's own: where one already runs (an in-process ingest with shard workers starts one), Dagster's preload
+does not apply. The run config keeps Dagster's options: `in_process`, `max_concurrent`, `tag_concurrency_limits`,
+`retries`, and a `start_method` of its own (`spawn`)."""
 
 import pkgutil
 
@@ -23,7 +28,6 @@ DAGSTER_STEP_MODULES = [
     "dagster._core.storage.schedules.sqlite.sqlite_schedule_storage",
     "dagster._core.storage.local_compute_log_manager",
     "dagster._core.scheduler",
-    "dagster._core.run_coordinator",
     "dagster_postgres",
     "dagster._core.definitions.repository_definition.repository_data_builder",
     "dagster._core.workspace.autodiscovery",
@@ -39,5 +43,16 @@ def step_preload_modules() -> list[str]:
     return [*DAGSTER_STEP_MODULES, "rag_pipeline.definitions", *own]
 
 
-step_executor = dg.multiprocess_executor.configured(
-    {"start_method": {"forkserver": {"preload_modules": step_preload_modules()}}}, name="forked_multiprocess")
+def forked_by_default(config: dict) -> dict:
+    """Dagster's default executor config, with the preloaded forkserver in multiprocess mode unless the run's config
+    chooses a start method."""
+    multiprocess = config.get("multiprocess")
+    if multiprocess is None or "start_method" in multiprocess:
+        return config
+    forkserver = {"forkserver": {"preload_modules": step_preload_modules()}}
+    return {"multiprocess": {**multiprocess, "start_method": forkserver}}
+
+
+step_executor = dg.multi_or_in_process_executor.configured(
+    forked_by_default, name="forkserver_or_in_process",
+    config_schema=dg.multi_or_in_process_executor.config_schema.as_field())
