@@ -125,3 +125,10 @@ def test_a_run_config_keeps_dagsters_executor_options(sqlite_home: Path) -> None
     assert resolved["multiprocess"]["max_concurrent"] == 1 and "forkserver" in resolved["multiprocess"]["start_method"]
     with pytest.raises(dg.DagsterInvalidConfigError, match="bogus"):
         dg.validate_run_config(job, {"execution": {"config": {"multiprocess": {"bogus": 1}}}})
+
+
+def test_other_platforms_keep_dagsters_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off Linux (macOS: forked HTTP clients can crash) the run's steps are spawned, as Dagster's default does."""
+    monkeypatch.setattr(sys, "platform", "darwin")
+    [resolved] = dg.validate_run_config(step_job(), {})["execution"].values()
+    assert "start_method" not in resolved["multiprocess"], resolved

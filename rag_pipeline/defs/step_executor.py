@@ -6,9 +6,10 @@ it imports Dagster's step execution, its instance storages and this code locatio
 method spawns a fresh interpreter per step that imports them all again, ~2.5 s before every step. The forkserver is
 the process's own: where one already runs (an in-process ingest with shard workers starts one), Dagster's preload
 does not apply. The run config keeps Dagster's options: `in_process`, `max_concurrent`, `tag_concurrency_limits`,
-`retries`, and a `start_method` of its own (`spawn`)."""
+`retries`, and a `start_method` of its own (`spawn`). Off Linux, steps are spawned as Dagster does by default."""
 
 import pkgutil
+import sys
 
 import dagster as dg
 
@@ -44,10 +45,11 @@ def step_preload_modules() -> list[str]:
 
 
 def forked_by_default(config: dict) -> dict:
-    """Dagster's default executor config, with the preloaded forkserver in multiprocess mode unless the run's config
-    chooses a start method."""
+    """Dagster's default executor config, with the preloaded forkserver in multiprocess mode on Linux unless the
+    run's config chooses a start method. Elsewhere Dagster's spawn stays: on macOS a forked process that makes HTTP
+    requests can crash (Dagster kept spawn as its default for that, dagster-io/dagster#6676)."""
     multiprocess = config.get("multiprocess")
-    if multiprocess is None or "start_method" in multiprocess:
+    if multiprocess is None or "start_method" in multiprocess or sys.platform != "linux":
         return config
     forkserver = {"forkserver": {"preload_modules": step_preload_modules()}}
     return {"multiprocess": {**multiprocess, "start_method": forkserver}}
