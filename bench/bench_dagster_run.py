@@ -24,17 +24,17 @@ from pathlib import Path
 
 import dagster as dg
 
+from rag_pipeline.defs.assets import INGEST_ASSETS
+from rag_pipeline.defs.partitions import SHARDS
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_CORPUS = REPO / "golden" / "corpus"
-INGEST_ASSETS = "raw_documents,markdown_documents,redacted_documents,chunks,embeddings,vector_index,metadata_sidecar"
 SPAWNED = {"execution": {"config": {"multiprocess": {"start_method": {"spawn": {}}}}}}
 WAYS = ("spawned", "forked")
 
 
 def shard_range() -> str:
     """Every shard partition, first to last, as `--partition-range` takes them."""
-    from rag_pipeline.defs.partitions import SHARDS
-
     keys = SHARDS.get_partition_keys()
     return f"{keys[0]}...{keys[-1]}"
 
@@ -66,7 +66,8 @@ def one_run(way: str, corpus: Path, work: Path, partitions: str) -> dict:
     env = {**os.environ, "DAGSTER_HOME": str(run_dir / "home"), "RAG_DATA_DIR": str(run_dir / "data"),
            "RAG_ROOTS": str(run_dir / "corpus"), "HF_HUB_OFFLINE": "1"}
     command = [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m", "rag_pipeline.definitions",
-               "--select", INGEST_ASSETS, "--partition-range", partitions,
+               "--select", ",".join(asset.key.to_user_string() for asset in INGEST_ASSETS),
+               "--partition-range", partitions,
                "--config-json", json.dumps(SPAWNED if way == "spawned" else {})]
     log = run_dir / "dagster.log"
     started = time.perf_counter()

@@ -287,8 +287,8 @@ class Settings(BaseSettings):
     shared_dir: Path | None = None
     # The executor of ingest_job in a Dagster deployment (defs/jobs.py): "multiprocess" (the code location's
     # default, defs/step_executor.py: the steps of a run are processes its run worker forks from one forkserver) or
-    # "celery" (dagster-celery: every step is a task that any
-    # `worker` container takes from the broker, DAGSTER_CELERY_BROKER_HOST; docker-compose.yml's worker service).
+    # "celery" (dagster-celery: every step is a task that any `worker` container takes from the broker,
+    # DAGSTER_CELERY_BROKER_HOST; docker-compose.yml's worker service).
     dagster_executor: Literal["multiprocess", "celery"] = "multiprocess"
     # The metadata sidecar on a PostgreSQL server (postgresql://user:password@host:port/db), which every ingest worker
     # and API replica shares; unset: a DuckDB file under the data dir (one writing process at a time).
