@@ -430,5 +430,10 @@ def _redacted_path(path: str, pii_policy: Literal["redact", "keep"], roles: tupl
     folder, slash, name = path.rpartition("/")
     stem, dot, extension = name.rpartition(".") if "." in name.lstrip(".") else (name, "", "")
     parts = [*folder.split("/"), stem] if slash else [stem]
-    cleaned = [redact(part, pii_policy=pii_policy, role_email_prefixes=roles).text if part else part for part in parts]
-    return "/".join(cleaned) + dot + extension
+    return "/".join(_redacted_part(part, pii_policy, roles) if part else part for part in parts) + dot + extension
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _redacted_part(part: str, pii_policy: Literal["redact", "keep"], roles: tuple[str, ...]) -> str:
+    """One folder name or file stem redacted: the folders above a corpus's files repeat in every path."""
+    return redact(part, pii_policy=pii_policy, role_email_prefixes=roles).text
