@@ -9,8 +9,11 @@ Raw documents are the root of the chain: their input is the source manifest.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from rag_pipeline.ingest.artifacts import ArtifactStore
@@ -120,17 +123,23 @@ def add_fields(left: Any, right: Any, **given: Any) -> Any:
 UNREDACTED = ("raw", "markdown")  # stores holding text before redaction: private, dropped unless kept
 
 
-def stores(settings: Settings) -> dict[str, ArtifactStore]:
+def stores(settings: Settings) -> Mapping[str, ArtifactStore]:
     """Each stage's artifact store. Chunks and embeddings live under folders named after the settings that
     made them (chunking id, embedding model), so changing those settings rebuilds instead of mixing. The
     unredacted stores are private (owner only)."""
+    return _stores(settings.artifacts_dir, settings.chunking_id, settings.embedding_model_id)
+
+
+@functools.lru_cache(maxsize=32)
+def _stores(artifacts_dir: Path, chunking_id: str, embedding_model_id: str) -> Mapping[str, ArtifactStore]:
+    """The stores of `stores`, made once per folder layout: the per-document reads ask for them once per file."""
     folders = {
         "raw": "raw", "markdown": "markdown", "redacted": "redacted",
-        "chunks": f"chunks/{settings.chunking_id}",
-        "embeddings": f"embeddings/{settings.embedding_model_id.replace('/', '__')}/{settings.chunking_id}",
+        "chunks": f"chunks/{chunking_id}",
+        "embeddings": f"embeddings/{embedding_model_id.replace('/', '__')}/{chunking_id}",
     }
-    return {stage: ArtifactStore(settings.artifacts_dir, folder, private=stage in UNREDACTED)
-            for stage, folder in folders.items()}
+    return MappingProxyType({stage: ArtifactStore(artifacts_dir, folder, private=stage in UNREDACTED)
+                             for stage, folder in folders.items()})
 
 
 def describe(row: dict[str, Any] | None, sha: str) -> str:
