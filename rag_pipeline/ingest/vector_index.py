@@ -102,11 +102,20 @@ def shard_batch(by_shard: dict[str, set[str]], first: str, limit: int) -> list[s
     return batch
 
 
+def shard_chunks(settings: Settings, shard: str, documents: Iterable[str]) -> dict[str, list[Chunk]]:
+    """sha -> the chunks of each of `documents` that has a chunk artifact in the shard."""
+    chunked = stores(settings)["chunks"].shas(shard) & set(documents)
+    return {sha: read_chunks(settings, shard, sha) for sha in sorted(chunked)}
+
+
+def chunk_digests(chunks: dict[str, list[Chunk]]) -> dict[str, dict[str, str]]:
+    """sha -> {chunk id: text hash}: what the points of each document must hold."""
+    return {sha: {chunk.chunk_id: text_digest(chunk.text) for chunk in pieces} for sha, pieces in chunks.items()}
+
+
 def expected_chunks(settings: Settings, shard: str, documents: Iterable[str]) -> dict[str, dict[str, str]]:
     """sha -> {chunk id: text hash} of the chunk artifact of each of `documents` that has one in the shard."""
-    chunked = stores(settings)["chunks"].shas(shard) & set(documents)
-    return {sha: {chunk.chunk_id: text_digest(chunk.text) for chunk in read_chunks(settings, shard, sha)}
-            for sha in sorted(chunked)}
+    return chunk_digests(shard_chunks(settings, shard, documents))
 
 
 def held_chunks(store: VectorStore, shard: str) -> dict[str, dict[str, str]]:
@@ -145,7 +154,8 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
             deleted += sum(state[sha].points for sha in vanished)
             report.purged += vanished
         rows = {sha: labelled[sha] for sha in sorted(wanted) if sha in labelled}
-        expected = expected_by_shard[shard] = expected_chunks(settings, shard, rows)
+        chunks = shard_chunks(settings, shard, rows)  # read once: for the check and for the points
+        expected = expected_by_shard[shard] = chunk_digests(chunks)
         for sha in sorted(wanted):
             row = rows.get(sha)
             if row is None:  # purged from the sidecar by a later raw run; its vectors go next time
@@ -156,7 +166,9 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
                 if have:  # partly written or chunked differently: rewrite the document's points
                     store.delete_shas([sha])
                     deleted += len(have)
-                for point in build_points(settings, shard, sha, row, read_chunks(settings, shard, sha), ingested_at):
+                # a document whose chunk artifact vanished under its points fails here, naming the file
+                pieces = chunks[sha] if sha in chunks else read_chunks(settings, shard, sha)
+                for point in build_points(settings, shard, sha, row, pieces, ingested_at):
                     pending.append(point)
                     if len(pending) >= UPSERT_BATCH:
                         store.upsert(pending)
