@@ -102,20 +102,15 @@ def shard_batch(by_shard: dict[str, set[str]], first: str, limit: int) -> list[s
     return batch
 
 
-def shard_chunks(settings: Settings, shard: str, documents: Iterable[str]) -> dict[str, list[Chunk]]:
-    """sha -> the chunks of each of `documents` that has a chunk artifact in the shard."""
-    chunked = stores(settings)["chunks"].shas(shard) & set(documents)
-    return {sha: read_chunks(settings, shard, sha) for sha in sorted(chunked)}
-
-
-def chunk_digests(chunks: dict[str, list[Chunk]]) -> dict[str, dict[str, str]]:
-    """sha -> {chunk id: text hash}: what the points of each document must hold."""
-    return {sha: {chunk.chunk_id: text_digest(chunk.text) for chunk in pieces} for sha, pieces in chunks.items()}
+def chunk_digests(pieces: list[Chunk]) -> dict[str, str]:
+    """{chunk id: text hash}: what a document's points must hold."""
+    return {chunk.chunk_id: text_digest(chunk.text) for chunk in pieces}
 
 
 def expected_chunks(settings: Settings, shard: str, documents: Iterable[str]) -> dict[str, dict[str, str]]:
     """sha -> {chunk id: text hash} of the chunk artifact of each of `documents` that has one in the shard."""
-    return chunk_digests(shard_chunks(settings, shard, documents))
+    chunked = stores(settings)["chunks"].shas(shard) & set(documents)
+    return {sha: chunk_digests(read_chunks(settings, shard, sha)) for sha in sorted(chunked)}
 
 
 def held_chunks(store: VectorStore, shard: str) -> dict[str, dict[str, str]]:
@@ -154,20 +149,24 @@ def sync_vector_index(settings: Settings, store: VectorStore, shards: Iterable[s
             deleted += sum(state[sha].points for sha in vanished)
             report.purged += vanished
         rows = {sha: labelled[sha] for sha in sorted(wanted) if sha in labelled}
-        chunks = shard_chunks(settings, shard, rows)  # read once: for the check and for the points
-        expected = expected_by_shard[shard] = chunk_digests(chunks)
+        chunked = stores(settings)["chunks"].shas(shard)
+        expected: dict[str, dict[str, str]] = {}
+        expected_by_shard[shard] = expected
         for sha in sorted(wanted):
             row = rows.get(sha)
             if row is None:  # purged from the sidecar by a later raw run; its vectors go next time
                 continue
+            pieces = read_chunks(settings, shard, sha) if sha in chunked else None  # once: check and points
+            if pieces is not None:
+                expected[sha] = chunk_digests(pieces)
             have = held.get(sha, {})
             moved, retagged = points_label_changes(state.get(sha, IndexedDocument(0, [], [], [], [])), row)
             if have != expected.get(sha, {}):
                 if have:  # partly written or chunked differently: rewrite the document's points
                     store.delete_shas([sha])
                     deleted += len(have)
-                # a document whose chunk artifact vanished under its points fails here, naming the file
-                pieces = chunks[sha] if sha in chunks else read_chunks(settings, shard, sha)
+                if pieces is None:  # its chunk artifact vanished under its points: this fails, naming the file
+                    pieces = read_chunks(settings, shard, sha)
                 for point in build_points(settings, shard, sha, row, pieces, ingested_at):
                     pending.append(point)
                     if len(pending) >= UPSERT_BATCH:
