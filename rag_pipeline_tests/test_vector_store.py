@@ -193,6 +193,27 @@ def test_edge_bulk_load_and_optimize(tmp_path: Path) -> None:
         store.close()
 
 
+def test_edge_indexes_a_later_ingest_alone_not_merged_into_the_built_segment(tmp_path: Path) -> None:
+    """A later ingest whose new segment passes Qdrant's indexing threshold gets that segment indexed on its own:
+    the optimizer does not merge it into the collection's built segment, which would rebuild that whole graph
+    (minutes at 100k documents, for a few new ones)."""
+    rng = random.Random(3)
+    per_ingest = 7_000  # 384-d vectors: 10.5 MB, past the indexing threshold of 10,000 KB
+    store = open_store("edge", tmp_path, dimension=384)
+    try:
+        first = [make_point(rng, i, f"{TEXTS[i % 12]} Record {i}.", f"first{i // 10}", 384) for i in range(per_ingest)]
+        store.upsert(first)
+        store.optimize()
+        built = store.info()["segments"]
+        later = [make_point(rng, i, f"{TEXTS[i % 12]} Later {i}.", f"later{i // 10}", 384) for i in range(per_ingest)]
+        store.upsert(later)
+        store.optimize()
+        assert store.info()["segments"] > built  # merged into the built one, the count would not have grown
+        assert store.count() == 2 * per_ingest and store.count(sha="later7") == 10
+    finally:
+        store.close()
+
+
 def test_edge_same_process_shares_one_store(tmp_path: Path, points: list[IndexPoint]) -> None:
     first = open_store("edge", tmp_path)
     second = open_store("edge", tmp_path)

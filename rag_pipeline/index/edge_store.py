@@ -45,6 +45,11 @@ from rag_pipeline.index.vector_store import (  # the collection layout both back
 )
 
 FULL_SCAN_THRESHOLD_KB = 10_000  # Qdrant's default: below this size a segment is searched exactly
+# Segments the optimizer keeps before it merges the smallest: the upper bound of Qdrant's default, which is half the
+# core count between 2 and 8. With 2, once a later ingest's small segment passed the indexing threshold, the
+# optimizer merged it into the collection's largest segment and rebuilt that whole graph (288 s at 231k points, for
+# 230 new ones); with room for more segments it indexes the new one alone (docs/scaling-out.md).
+SEGMENTS = 8
 SCROLL_PAGE = 1_000
 
 _open_stores: dict[Path, EdgeStore] = {}
@@ -290,6 +295,7 @@ def _open_shard(path: Path, dimension: int, hnsw: HnswSettings) -> qe.EdgeShard:
         hnsw_config=qe.HnswIndexConfig(
             m=hnsw.m, ef_construct=hnsw.ef_construct, full_scan_threshold=FULL_SCAN_THRESHOLD_KB
         ),
+        optimizers=qe.EdgeOptimizersConfig(default_segment_number=SEGMENTS),
     )
     if path.is_dir() and any(path.iterdir()):
         shard = qe.EdgeShard.load(str(path), config)
