@@ -122,8 +122,9 @@ def retrieval_settings(settings: Settings) -> RetrievalSettings:
     weights = tuple(settings.fusion_weights) if settings.fusion_weights else None
     return RetrievalSettings(
         mode=settings.retrieval_mode, fusion=settings.fusion, rrf_k=settings.rrf_k, weights=weights,
-        prefetch_multiplier=settings.prefetch_multiplier, alpha=settings.blend_alpha,
-        fragments=settings.query_fragments, dedupe=settings.dedupe, dedupe_cosine=settings.dedupe_cosine,
+        prefetch_multiplier=settings.prefetch_multiplier, prefetch_floor=settings.prefetch_floor,
+        alpha=settings.blend_alpha, fragments=settings.query_fragments, dedupe=settings.dedupe,
+        dedupe_cosine=settings.dedupe_cosine,
         mmr_lambda=settings.mmr_lambda, score_threshold=settings.score_threshold,
         coverage_margin=settings.coverage_margin, candidate_multiplier=settings.candidate_multiplier,
         filterable={name: spec.kind or "string" for name, spec in declared_fields(settings).items()

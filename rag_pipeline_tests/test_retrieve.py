@@ -17,6 +17,7 @@ from rag_pipeline.index.sparse import CONTEXT_RADIUS, encode_document, encode_qu
 from rag_pipeline.index.vector_store import Hit, IndexPoint, Scope, VectorStore
 from rag_pipeline.ingest.chunkers import chunk_document, neighbourhood_texts
 from rag_pipeline.retrieve import RetrievalSettings, Retriever
+from rag_pipeline.retrieve import retriever as retriever_module
 from rag_pipeline.retrieve.fragments import split_fragments
 from rag_pipeline.retrieve.fusion import adaptive, adaptive_weights, dbsf, dbsf_normalise, lead, rrf, weighted_blend
 from rag_pipeline.retrieve.postprocess import (
@@ -272,6 +273,73 @@ def test_adaptive_fusion_through_the_retriever(store: VectorStore, points: list[
     assert retriever.signature(3, []) != dbsf_retriever.signature(3, [])
     with pytest.raises(ConfigError, match="leg weights apply to RRF"):
         RetrievalSettings(fusion="adaptive", weights=(1.0, 2.0))
+
+
+class RecordingStore:
+    """A real store whose fused searches record the candidates they ask each leg for."""
+
+    def __init__(self, store: VectorStore) -> None:
+        self.store = store
+        self.prefetches: list[int] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+    def search_hybrid(self, *args, prefetch: int, **options) -> list[Hit]:
+        self.prefetches.append(prefetch)
+        return self.store.search_hybrid(*args, prefetch=prefetch, **options)
+
+
+def noisy_points(start: int, count: int) -> list[IndexPoint]:
+    """`count` points with random unit vectors and six-word texts; every other one is a pdf."""
+    rng = np.random.default_rng(start)
+    words = ["pump", "valve", "seal", "gasket", "boiler", "pipe", "flange", "motor"]
+    result = []
+    for index in range(start, start + count):
+        dense = rng.normal(size=DIM)
+        text = " ".join(rng.choice(words, size=6)) + f" part{index}"
+        payload = {"text": text, "sha": f"doc{index}", "path": f"/docs/{index}.md", "paths": [f"/docs/{index}.md"],
+                   "heading_path": "", "shard": "0", "doc_type": "pdf" if index % 2 else "md"}
+        result.append(IndexPoint(str(uuid.UUID(int=index + 1)), (dense / np.linalg.norm(dense)).tolist(),
+                                 encode_document(text), payload))
+    return result
+
+
+def test_each_leg_fetches_the_floor_or_a_tenth_of_what_the_search_can_reach(store: VectorStore, monkeypatch) -> None:
+    """A fused search asks each leg for top_k × prefetch_multiplier candidates, and at least prefetch_floor, or a
+    tenth of the points its filters allow when that is fewer; the count is taken again once it is old."""
+    store.upsert(noisy_points(0, 1000))
+    query, vector = "pump seal", basis(0)
+    recording = RecordingStore(store)
+
+    def prefetch(top_k: int = 3, filters: dict | None = None, **settings) -> int:
+        retriever = Retriever(recording, LookupEmbedder({query: vector}),  # type: ignore[arg-type]
+                              RetrievalSettings(fusion="dbsf", dedupe=False, fragments=False, **settings))
+        hits = retriever.search(query, top_k=top_k, filters=filters).hits
+        depth = recording.prefetches[-1]
+        legs = [store.search_dense(vector, depth, filters), store.search_sparse(encode_query(query), depth, filters)]
+        fused = dbsf(legs)[:3]  # the store fused legs of that depth (in float32; below the top, BM25 ties)
+        assert [h.id for h in hits[:3]] == [h.id for h in fused]
+        assert [h.score for h in hits[:3]] == pytest.approx([h.score for h in fused], rel=1e-5)
+        return depth
+
+    assert prefetch() == 100  # a tenth of 1,000 points, below the floor of 300
+    assert prefetch(filters={"doc_type": "md"}) == 50  # a tenth of the 500 the filter allows
+    assert prefetch(prefetch_floor=40) == 40
+    assert prefetch(prefetch_floor=0) == 15  # top_k × 5, as without a floor
+    assert prefetch(top_k=30) == 150  # top_k × 5 above the floor
+    with pytest.raises(ConfigError, match="prefetch_floor must be >= 0"):
+        RetrievalSettings(prefetch_floor=-1)
+
+    retriever = Retriever(recording, LookupEmbedder({query: vector}),  # type: ignore[arg-type]
+                          RetrievalSettings(fusion="dbsf", dedupe=False))
+    retriever.search(query, top_k=3)
+    store.upsert(noisy_points(1000, 2500))
+    retriever.search(query, top_k=3)
+    assert recording.prefetches[-2:] == [100, 100]  # counted once: the count serves SIZE_TTL_SECONDS
+    monkeypatch.setattr(retriever_module, "SIZE_TTL_SECONDS", 0.0)
+    retriever.search(query, top_k=3)
+    assert recording.prefetches[-1] == 300  # 3,500 points: the floor itself
 
 
 # --- fragments -----------------------------------------------------------------------------------------------

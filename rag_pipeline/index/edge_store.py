@@ -37,6 +37,7 @@ from rag_pipeline.index.vector_store import (  # the collection layout both back
     IndexPoint,
     SparseVector,
     VectorStore,
+    count_conditions,
     count_point,
     label_payload,
     new_index_version,
@@ -130,9 +131,9 @@ class EdgeStore(VectorStore):
         records = self._shard.retrieve(list(ids), with_payload=True, with_vector=False)
         return [Hit(str(record.id), 0.0, record.payload or {}) for record in records]
 
-    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None) -> int:
-        conditions = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
-        return self._shard.count(qe.CountRequest(exact=True, filter=_filter(conditions)))
+    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None,
+              filters: Filters | None = None) -> int:
+        return self._shard.count(qe.CountRequest(exact=True, filter=_filter(count_conditions(shard, sha, filters))))
 
     def search_dense(
         self, vector: Sequence[float], top_k: int = 10, filters: Filters | None = None, *, with_vectors: bool = False

@@ -29,6 +29,7 @@ from rag_pipeline.index.vector_store import (  # the collection layout both back
     IndexPoint,
     SparseVector,
     VectorStore,
+    count_conditions,
     count_point,
     label_payload,
     new_index_version,
@@ -150,9 +151,10 @@ class ServerStore(VectorStore):
         records = self.client.retrieve(self.collection, list(ids), with_payload=True)
         return [Hit(str(record.id), 0.0, record.payload or {}) for record in records]
 
-    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None) -> int:
-        conditions = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
-        return self.client.count(self.collection, count_filter=_filter(conditions), exact=True).count
+    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None,
+              filters: Filters | None = None) -> int:
+        count_filter = _filter(count_conditions(shard, sha, filters))
+        return self.client.count(self.collection, count_filter=count_filter, exact=True).count
 
     def search_dense(
         self, vector: Sequence[float], top_k: int = 10, filters: Filters | None = None, *, with_vectors: bool = False

@@ -143,6 +143,13 @@ def filter_values(key: str, value: FilterValue) -> tuple[str, ...]:
     return values
 
 
+def count_conditions(shard: str | None, sha: str | Sequence[str] | None, filters: Filters | None) -> list[Condition]:
+    """The conditions of a count (`VectorStore.count`): one shard and/or document (or any of several), and
+    `filters`."""
+    by_location = {key: value for key, value in (("shard", shard), ("sha", sha)) if value is not None}
+    return parse_filters(by_location) + parse_filters(filters)
+
+
 def parse_filters(filters: Filters | None) -> list[Condition]:
     """The conditions of `filters` (all must hold; parsed conditions pass through); ValueError for an unknown key or
     an unusable value."""
@@ -288,8 +295,10 @@ class VectorStore(ABC):
         """The points with these ids (score 0), in no particular order; missing ids are skipped."""
 
     @abstractmethod
-    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None) -> int:
-        """Exact number of points, optionally of one shard and/or document (or any of several)."""
+    def count(self, *, shard: str | None = None, sha: str | Sequence[str] | None = None,
+              filters: Filters | None = None) -> int:
+        """Exact number of points, optionally of one shard and/or document (or any of several), and of those
+        `filters` allow."""
 
     @abstractmethod
     def search_dense(

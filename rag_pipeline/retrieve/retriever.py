@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -49,6 +49,10 @@ from rag_pipeline.retrieve.semantic_cache import SemanticCache
 Mode = Literal["hybrid", "dense", "sparse", "blend"]
 MODES = ("hybrid", "dense", "sparse", "blend")
 MAX_TOP_K = 1000
+FLOOR_SHARE = 0.1  # the prefetch floor never asks a leg for more than this share of the collection
+SIZE_TTL_SECONDS = 30.0  # how long a count of the points a search can reach serves the prefetch floor
+SIZE_ENTRIES = 256  # distinct filter sets whose counts are kept
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ class RetrievalSettings:
     fusion: Literal["rrf", "dbsf", "adaptive"] = "rrf"
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (dense, sparse) RRF leg weights; None: equal
-    prefetch_multiplier: int = 5  # each leg fetches top_k × this many candidates
+    prefetch_multiplier: int = 5  # each leg of a fused mode fetches top_k × this many candidates,
+    prefetch_floor: int = 300  # and at least this many, or FLOOR_SHARE of the collection when that is fewer
     alpha: float = 0.7  # blend mode: weight of the dense score
     fragments: bool = True  # multi-sentence questions run per fragment
     dedupe: bool = True
@@ -84,6 +89,8 @@ class RetrievalSettings:
             raise ConfigError("leg weights apply to RRF fusion only (adaptive fusion weighs the legs per query)")
         if self.prefetch_multiplier < 1 or self.candidate_multiplier < 1:
             raise ConfigError("prefetch_multiplier and candidate_multiplier must be >= 1")
+        if self.prefetch_floor < 0:
+            raise ConfigError(f"prefetch_floor must be >= 0, got {self.prefetch_floor}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ConfigError(f"alpha must be in [0, 1], got {self.alpha}")
         if self.mmr_lambda is not None and not 0.0 <= self.mmr_lambda <= 1.0:
@@ -158,6 +165,7 @@ class Retriever:
         self.rerank_min_score = rerank_min_score
         self.cache = cache
         self.hyde = hyde
+        self._sizes: dict[str, tuple[float, int]] = {}  # filters -> (when counted, points they allow)
 
     def close(self) -> None:
         if self.cache is not None:
@@ -307,7 +315,6 @@ class Retriever:
         with_vectors: bool,
     ) -> list[Hit]:
         settings = self.settings
-        prefetch = max(limit, top_k * settings.prefetch_multiplier)
         store = self.store
         if mode == "sparse":
             return self._call_store(lambda: store.search_sparse(encode_query(text), limit, filters,
@@ -317,6 +324,7 @@ class Retriever:
         if mode == "dense":
             return self._call_store(lambda: store.search_dense(dense, limit, filters, with_vectors=with_vectors))
         sparse = encode_query(text)
+        prefetch = self._prefetch(limit, top_k, filters)
         if mode == "blend" or settings.fusion == "adaptive":  # both legs fetched, fused here
             dense_hits = self._call_store(lambda: store.search_dense(dense, prefetch, filters,
                                                                      with_vectors=with_vectors))
@@ -330,7 +338,28 @@ class Retriever:
             weights=settings.weights, with_vectors=with_vectors,
         ))
 
-    def _call_store(self, call: Callable[[], list[Hit]]) -> list[Hit]:
+    def _prefetch(self, limit: int, top_k: int, filters: Filters | None) -> int:
+        """Candidates each leg of a fused search fetches: top_k × prefetch_multiplier, at least the limit and the
+        floor (prefetch_floor, or FLOOR_SHARE of the points the filters allow when that is fewer)."""
+        settings = self.settings
+        floor = 0
+        if settings.prefetch_floor:
+            floor = min(settings.prefetch_floor, int(self._reachable(filters) * FLOOR_SHARE))
+        return max(limit, top_k * settings.prefetch_multiplier, floor)
+
+    def _reachable(self, filters: Filters | None) -> int:
+        """The points `filters` allow, counted again once SIZE_TTL_SECONDS have passed (ingests change them)."""
+        conditions = parse_filters(filters)
+        key = json.dumps(sorted(dataclasses.astuple(condition) for condition in conditions), default=list)
+        now = time.monotonic()
+        counted = self._sizes.get(key)
+        if counted is None or now - counted[0] > SIZE_TTL_SECONDS:
+            if len(self._sizes) >= SIZE_ENTRIES:
+                self._sizes.clear()
+            counted = self._sizes[key] = (now, self._call_store(lambda: self.store.count(filters=conditions)))
+        return counted[1]
+
+    def _call_store(self, call: Callable[[], T]) -> T:
         """A store query; connection failures become StoreUnavailable naming the store and the setting to fix."""
         try:
             return call()
