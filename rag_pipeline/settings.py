@@ -166,9 +166,9 @@ class Settings(BaseSettings):
     hnsw_ef: int = 128
 
     # Retrieval (query time). mode: hybrid (dense + BM25 fused inside Qdrant), dense, sparse (BM25) or blend
-    # (client-side alpha·dense + (1 − alpha)·BM25, for comparison). Each leg of the fused modes fetches top_k ×
-    # prefetch_multiplier candidates, and at least prefetch_floor, or a tenth of the points the search's filters allow
-    # when that is fewer.
+    # (client-side alpha·dense + (1 − alpha)·BM25, for comparison). Each leg of hybrid (any fusion) and blend fetches
+    # top_k × prefetch_multiplier candidates, and at least prefetch_floor, or a tenth of the points the search's
+    # filters and the key's scope allow when that is fewer.
     retrieval_mode: Literal["hybrid", "dense", "sparse", "blend"] = "hybrid"
     # fusion of the hybrid legs: dbsf (Qdrant's distribution-based score fusion), rrf, or adaptive (DBSF with
     # per-query leg weights from each leg's own scores, fused client-side: docs/retrieval-and-answers.md). SciFact
@@ -183,7 +183,7 @@ class Settings(BaseSettings):
     # nDCG@10 of search at top_k 3 / 5 / 10 on SciFact train (12,155 chunks, so 300 per leg) 0.676 / 0.699 / 0.721 ->
     # 0.685 / 0.708 / 0.729; SQuAD train (827 chunks, 82 per leg) 0.895 / 0.911 / 0.928 -> 0.915 / 0.920 / 0.928. The
     # tenth keeps a tiny corpus's lists short: where a leg holds the whole corpus, one strong BM25 match outweighs
-    # everything else (docs/benchmarks.md). 0 turns the floor off.
+    # everything else (docs/benchmarks.md). Measured with DBSF; it applies to every fusion. 0 turns the floor off.
     prefetch_floor: int = Field(300, ge=0)
     blend_alpha: float = 0.7
     query_fragments: bool = True  # multi-sentence questions run per fragment

@@ -14,7 +14,7 @@ import pytest
 from rag_pipeline.embed.embedder import Embedder
 from rag_pipeline.errors import ConfigError, StoreUnavailable
 from rag_pipeline.index.sparse import CONTEXT_RADIUS, encode_document, encode_query
-from rag_pipeline.index.vector_store import Hit, IndexPoint, Scope, VectorStore
+from rag_pipeline.index.vector_store import Hit, IndexPoint, Scope, VectorStore, label_payload
 from rag_pipeline.ingest.chunkers import chunk_document, neighbourhood_texts
 from rag_pipeline.retrieve import RetrievalSettings, Retriever
 from rag_pipeline.retrieve import retriever as retriever_module
@@ -276,11 +276,12 @@ def test_adaptive_fusion_through_the_retriever(store: VectorStore, points: list[
 
 
 class RecordingStore:
-    """A real store whose fused searches record the candidates they ask each leg for."""
+    """A real store that records the candidates each search asks a leg for, and its counts."""
 
     def __init__(self, store: VectorStore) -> None:
         self.store = store
-        self.prefetches: list[int] = []
+        self.prefetches: list[int] = []  # search_hybrid's prefetch, or the limit of search_dense / search_sparse
+        self.counts = 0
 
     def __getattr__(self, name: str):
         return getattr(self.store, name)
@@ -289,17 +290,32 @@ class RecordingStore:
         self.prefetches.append(prefetch)
         return self.store.search_hybrid(*args, prefetch=prefetch, **options)
 
+    def search_dense(self, vector, top_k: int = 10, *args, **options) -> list[Hit]:
+        self.prefetches.append(top_k)
+        return self.store.search_dense(vector, top_k, *args, **options)
+
+    def search_sparse(self, vector, top_k: int = 10, *args, **options) -> list[Hit]:
+        self.prefetches.append(top_k)
+        return self.store.search_sparse(vector, top_k, *args, **options)
+
+    def count(self, **options) -> int:
+        self.counts += 1
+        return self.store.count(**options)
+
 
 def noisy_points(start: int, count: int) -> list[IndexPoint]:
-    """`count` points with random unit vectors and six-word texts; every other one is a pdf."""
+    """`count` points with random unit vectors and short texts; every other one is a pdf, every fourth one is
+    tagged team-a."""
     rng = np.random.default_rng(start)
     words = ["pump", "valve", "seal", "gasket", "boiler", "pipe", "flange", "motor"]
     result = []
     for index in range(start, start + count):
         dense = rng.normal(size=DIM)
         text = " ".join(rng.choice(words, size=6)) + f" part{index}"
-        payload = {"text": text, "sha": f"doc{index}", "path": f"/docs/{index}.md", "paths": [f"/docs/{index}.md"],
-                   "heading_path": "", "shard": "0", "doc_type": "pdf" if index % 2 else "md"}
+        path = f"/docs/{index}.md"
+        payload = {"text": text, "sha": f"doc{index}", "heading_path": "", "shard": "0",
+                   "doc_type": "pdf" if index % 2 else "md",
+                   **label_payload([path], ["team-a"] if index % 4 == 0 else [], [], [])}
         result.append(IndexPoint(str(uuid.UUID(int=index + 1)), (dense / np.linalg.norm(dense)).tolist(),
                                  encode_document(text), payload))
     return result
@@ -307,39 +323,43 @@ def noisy_points(start: int, count: int) -> list[IndexPoint]:
 
 def test_each_leg_fetches_the_floor_or_a_tenth_of_what_the_search_can_reach(store: VectorStore, monkeypatch) -> None:
     """A fused search asks each leg for top_k × prefetch_multiplier candidates, and at least prefetch_floor, or a
-    tenth of the points its filters allow when that is fewer; the count is taken again once it is old."""
+    tenth of the points its filters and scope allow when that is fewer. Each set of conditions is counted once,
+    and again once its count is old; searches the floor cannot deepen count nothing."""
     store.upsert(noisy_points(0, 1000))
-    query, vector = "pump seal", basis(0)
+    query = "pump seal"
     recording = RecordingStore(store)
 
-    def prefetch(top_k: int = 3, filters: dict | None = None, **settings) -> int:
-        retriever = Retriever(recording, LookupEmbedder({query: vector}),  # type: ignore[arg-type]
-                              RetrievalSettings(fusion="dbsf", dedupe=False, fragments=False, **settings))
-        hits = retriever.search(query, top_k=top_k, filters=filters).hits
-        depth = recording.prefetches[-1]
-        legs = [store.search_dense(vector, depth, filters), store.search_sparse(encode_query(query), depth, filters)]
-        fused = dbsf(legs)[:3]  # the store fused legs of that depth (in float32; below the top, BM25 ties)
-        assert [h.id for h in hits[:3]] == [h.id for h in fused]
-        assert [h.score for h in hits[:3]] == pytest.approx([h.score for h in fused], rel=1e-5)
-        return depth
+    def retriever(**settings) -> Retriever:
+        return Retriever(recording, LookupEmbedder({query: basis(0)}),  # type: ignore[arg-type]
+                         RetrievalSettings(**{"fusion": "dbsf", "dedupe": False, "fragments": False, **settings}))
 
-    assert prefetch() == 100  # a tenth of 1,000 points, below the floor of 300
-    assert prefetch(filters={"doc_type": "md"}) == 50  # a tenth of the 500 the filter allows
-    assert prefetch(prefetch_floor=40) == 40
-    assert prefetch(prefetch_floor=0) == 15  # top_k × 5, as without a floor
-    assert prefetch(top_k=30) == 150  # top_k × 5 above the floor
+    def prefetches(searcher: Retriever, top_k: int = 3, **options) -> list[int]:
+        recording.prefetches.clear()
+        assert len(searcher.search(query, top_k=top_k, **options).hits) == top_k
+        return recording.prefetches
+
+    dbsf_retriever = retriever()
+    assert prefetches(dbsf_retriever) == [100]  # a tenth of 1,000 points, below the floor of 300
+    assert prefetches(dbsf_retriever, filters={"doc_type": "md"}) == [50]  # a tenth of the 500 md points
+    assert prefetches(dbsf_retriever, scope=Scope(tags=("team-a",))) == [25]  # a tenth of the key's 250
+    assert prefetches(dbsf_retriever, top_k=30) == [150]  # top_k × 5 above the floor
+    assert recording.counts == 3  # once per set of conditions
+    assert prefetches(dbsf_retriever, top_k=100, filters={"doc_type": "pdf"}) == [500]
+    assert recording.counts == 3  # top_k × 5 above the floor: no count
+    assert prefetches(retriever(prefetch_floor=40)) == [40]
+    assert prefetches(retriever(prefetch_floor=0)) == [15]  # top_k × 5, as without a floor
+    assert prefetches(retriever(mode="blend")) == [100, 100]  # both legs, fetched by the retriever
+    assert prefetches(retriever(fusion="adaptive")) == [100, 100]
+    counted = recording.counts
+    assert prefetches(retriever(mode="dense")) == [3] and prefetches(retriever(mode="sparse")) == [3]
+    assert recording.counts == counted  # one leg, no fusion: nothing to deepen, nothing counted
     with pytest.raises(ConfigError, match="prefetch_floor must be >= 0"):
         RetrievalSettings(prefetch_floor=-1)
 
-    retriever = Retriever(recording, LookupEmbedder({query: vector}),  # type: ignore[arg-type]
-                          RetrievalSettings(fusion="dbsf", dedupe=False))
-    retriever.search(query, top_k=3)
     store.upsert(noisy_points(1000, 2500))
-    retriever.search(query, top_k=3)
-    assert recording.prefetches[-2:] == [100, 100]  # counted once: the count serves SIZE_TTL_SECONDS
+    assert prefetches(dbsf_retriever) == [100]  # the count serves SIZE_TTL_SECONDS
     monkeypatch.setattr(retriever_module, "SIZE_TTL_SECONDS", 0.0)
-    retriever.search(query, top_k=3)
-    assert recording.prefetches[-1] == 300  # 3,500 points: the floor itself
+    assert prefetches(dbsf_retriever) == [300]  # 3,500 points: the floor itself
 
 
 # --- fragments -----------------------------------------------------------------------------------------------
@@ -493,10 +513,11 @@ def test_unreachable_server_store_names_store_and_setting(tmp_path: Path) -> Non
     dead = QdrantClient(url=f"http://127.0.0.1:{port}", timeout=2, check_compatibility=False)
     server.client = dead  # type: ignore[attr-defined]
     try:
-        with pytest.raises(StoreUnavailable) as error:
-            Retriever(server, None).search("pump")
-        message = str(error.value)
-        assert f"127.0.0.1:{port}" in message and "RAG_QDRANT_URL" in message and server.collection in message
+        for embedder in (None, LookupEmbedder({"pump": basis(0)})):  # BM25 alone; hybrid, which counts first
+            with pytest.raises(StoreUnavailable) as error:
+                Retriever(server, embedder).search("pump")
+            message = str(error.value)
+            assert f"127.0.0.1:{port}" in message and "RAG_QDRANT_URL" in message and server.collection in message
     finally:
         server.client.close()  # type: ignore[attr-defined]
         server.client = real_client  # type: ignore[attr-defined]

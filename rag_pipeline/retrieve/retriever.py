@@ -49,9 +49,9 @@ from rag_pipeline.retrieve.semantic_cache import SemanticCache
 Mode = Literal["hybrid", "dense", "sparse", "blend"]
 MODES = ("hybrid", "dense", "sparse", "blend")
 MAX_TOP_K = 1000
-FLOOR_SHARE = 0.1  # the prefetch floor never asks a leg for more than this share of the collection
-SIZE_TTL_SECONDS = 30.0  # how long a count of the points a search can reach serves the prefetch floor
-SIZE_ENTRIES = 256  # distinct filter sets whose counts are kept
+FLOOR_SHARE = 0.1  # the prefetch floor asks a leg for at most this share of the points a search can reach
+SIZE_TTL_SECONDS = 30.0  # a count of the points a search can reach serves the searches of the next 30 s
+SIZE_ENTRIES = 256  # distinct condition sets whose counts are kept
 T = TypeVar("T")
 
 
@@ -68,8 +68,10 @@ class RetrievalSettings:
     fusion: Literal["rrf", "dbsf", "adaptive"] = "rrf"
     rrf_k: int = 60
     weights: tuple[float, float] | None = None  # (dense, sparse) RRF leg weights; None: equal
-    prefetch_multiplier: int = 5  # each leg of a fused mode fetches top_k × this many candidates,
-    prefetch_floor: int = 300  # and at least this many, or FLOOR_SHARE of the collection when that is fewer
+    prefetch_multiplier: int = 5  # each leg of a fused search (hybrid, blend) fetches top_k × this many candidates
+    # Each leg of a fused search fetches at least this many candidates, or FLOOR_SHARE of the points the search's
+    # filters and scope allow when that is fewer (0: no floor).
+    prefetch_floor: int = 300
     alpha: float = 0.7  # blend mode: weight of the dense score
     fragments: bool = True  # multi-sentence questions run per fragment
     dedupe: bool = True
@@ -165,7 +167,7 @@ class Retriever:
         self.rerank_min_score = rerank_min_score
         self.cache = cache
         self.hyde = hyde
-        self._sizes: dict[str, tuple[float, int]] = {}  # filters -> (when counted, points they allow)
+        self._sizes: dict[frozenset[Condition], tuple[float, int]] = {}  # -> (when counted, points they allow)
 
     def close(self) -> None:
         if self.cache is not None:
@@ -311,52 +313,52 @@ class Retriever:
             return None
 
     def _search_one(
-        self, mode: Mode, text: str, vector: np.ndarray | None, limit: int, top_k: int, filters: Filters | None,
+        self, mode: Mode, text: str, vector: np.ndarray | None, limit: int, top_k: int, conditions: list[Condition],
         with_vectors: bool,
     ) -> list[Hit]:
         settings = self.settings
         store = self.store
         if mode == "sparse":
-            return self._call_store(lambda: store.search_sparse(encode_query(text), limit, filters,
+            return self._call_store(lambda: store.search_sparse(encode_query(text), limit, conditions,
                                                                 with_vectors=with_vectors))
         assert vector is not None
         dense = [float(value) for value in vector]
         if mode == "dense":
-            return self._call_store(lambda: store.search_dense(dense, limit, filters, with_vectors=with_vectors))
+            return self._call_store(lambda: store.search_dense(dense, limit, conditions, with_vectors=with_vectors))
         sparse = encode_query(text)
-        prefetch = self._prefetch(limit, top_k, filters)
+        prefetch = self._prefetch(limit, top_k, conditions)
         if mode == "blend" or settings.fusion == "adaptive":  # both legs fetched, fused here
-            dense_hits = self._call_store(lambda: store.search_dense(dense, prefetch, filters,
+            dense_hits = self._call_store(lambda: store.search_dense(dense, prefetch, conditions,
                                                                      with_vectors=with_vectors))
-            sparse_hits = self._call_store(lambda: store.search_sparse(sparse, prefetch, filters,
+            sparse_hits = self._call_store(lambda: store.search_sparse(sparse, prefetch, conditions,
                                                                        with_vectors=with_vectors))
             if mode == "blend":
                 return fusion_functions.weighted_blend(dense_hits, sparse_hits, settings.alpha)[:limit]
             return fusion_functions.adaptive([dense_hits, sparse_hits])[:limit]
         return self._call_store(lambda: store.search_hybrid(
-            dense, sparse, limit, filters, prefetch=prefetch, fusion=settings.fusion, rrf_k=settings.rrf_k,
+            dense, sparse, limit, conditions, prefetch=prefetch, fusion=settings.fusion, rrf_k=settings.rrf_k,
             weights=settings.weights, with_vectors=with_vectors,
         ))
 
-    def _prefetch(self, limit: int, top_k: int, filters: Filters | None) -> int:
-        """Candidates each leg of a fused search fetches: top_k × prefetch_multiplier, at least the limit and the
-        floor (prefetch_floor, or FLOOR_SHARE of the points the filters allow when that is fewer)."""
+    def _prefetch(self, limit: int, top_k: int, conditions: Sequence[Condition]) -> int:
+        """Candidates each leg of a fused search fetches: top_k × prefetch_multiplier and at least the limit, raised
+        to the floor (prefetch_floor, or FLOOR_SHARE of the points `conditions` allow when that is fewer)."""
         settings = self.settings
-        floor = 0
-        if settings.prefetch_floor:
-            floor = min(settings.prefetch_floor, int(self._reachable(filters) * FLOOR_SHARE))
-        return max(limit, top_k * settings.prefetch_multiplier, floor)
+        prefetch = max(limit, top_k * settings.prefetch_multiplier)
+        if settings.prefetch_floor <= prefetch:  # the floor cannot matter: no count
+            return prefetch
+        return max(prefetch, min(settings.prefetch_floor, int(self._reachable(conditions) * FLOOR_SHARE)))
 
-    def _reachable(self, filters: Filters | None) -> int:
-        """The points `filters` allow, counted again once SIZE_TTL_SECONDS have passed (ingests change them)."""
-        conditions = parse_filters(filters)
-        key = json.dumps(sorted(dataclasses.astuple(condition) for condition in conditions), default=list)
+    def _reachable(self, conditions: Sequence[Condition]) -> int:
+        """The points `conditions` allow, counted again at the first search after the count is SIZE_TTL_SECONDS
+        old (ingests change it). A stale count only changes how deep the legs are fetched."""
+        key = frozenset(conditions)  # the conditions all hold: their order does not matter
         now = time.monotonic()
         counted = self._sizes.get(key)
         if counted is None or now - counted[0] > SIZE_TTL_SECONDS:
-            if len(self._sizes) >= SIZE_ENTRIES:
+            if key not in self._sizes and len(self._sizes) >= SIZE_ENTRIES:
                 self._sizes.clear()
-            counted = self._sizes[key] = (now, self._call_store(lambda: self.store.count(filters=conditions)))
+            counted = self._sizes[key] = (now, self._call_store(lambda: self.store.count(filters=list(conditions))))
         return counted[1]
 
     def _call_store(self, call: Callable[[], T]) -> T:
