@@ -356,10 +356,13 @@ class Parse:
         name = reading.field
         if name is None or self.reader.kind(name) != "string":
             return
-        first = field_words(name)[0].split()[0]
+        words = field_words(name)[0]
+        first = words.split()[0]
         superlative = self.lexicon.readings(first, 1)
-        partners = [other for other in self.reader.fields_of(reading.selection.klass, ("number",))
-                    if field_words(other)[0].split()[0] == first]
+        numbers = self.reader.fields_of(reading.selection.klass, ("number",))
+        # its measure (highest_point_m) if there is one, else a number whose name starts the same way
+        partners = [other for other in numbers if field_words(other)[0] == words] \
+            or [other for other in numbers if field_words(other)[0].split()[0] == first]
         if len(partners) != 1:
             return
         if getattr(self, "how_of_field", None):
@@ -483,7 +486,21 @@ class Parse:
             klass = selection.klass = self.reader.only_class_with(asked[1])
         if asked[0] == "quantity":
             return self.quantity(asked[1], klass)
-        return self.pick_field(list(asked[1:]), klass, "", key=f"field@{asked[1]}")
+        return self.pick_field(self.thing_or_measure(list(asked[1:]), klass), klass, "", key=f"field@{asked[1]}")
+
+    def thing_or_measure(self, candidates: list[str], klass: str | None) -> list[str]:
+        """Of the class's fields named by the same words, one a thing and the others its measure in a unit
+        (highest_point: a name; highest_point_m: its height), the thing, unless the question asks how much of it
+        ('how high is the highest point of florida'): the measures. Other candidates stay as they are."""
+        present = self.reader.profile.fields_of(klass)
+        names = [name for name in candidates if name in present]
+        if len(names) < 2 or len({field_words(name)[0] for name in names}) != 1:
+            return candidates
+        things = [name for name in names if field_words(name)[1] is None and self.reader.kind(name) != "number"]
+        measures = [name for name in names if field_words(name)[1] is not None and self.reader.kind(name) == "number"]
+        if len(things) != 1 or len(things) + len(measures) != len(names):
+            return candidates
+        return measures if getattr(self, "how_of_field", None) else things
 
     def quantity(self, quantity: str, klass: str | None) -> str:
         numeric = self.reader.fields_of(klass, ("number", "date"))
