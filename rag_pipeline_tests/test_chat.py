@@ -322,17 +322,23 @@ def test_injected_field_values_are_flagged_in_observations(tmp_path: Path, monke
 
 def test_a_thing_and_its_measure_are_one_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fields named by the same words, a name and its measure in a unit (highest_point, highest_point_m): 'what is
-    the highest point' asks the name, 'how high is' asks the measure, and 'the highest point in the country' ranks
-    by the measure. The first and the last used to be read both ways, the answers disagreed, and the planner
-    refused."""
+    the highest point' asks the name, 'how high' and a total ask the measure, and a superlative name ranks by it,
+    even beside another number that starts the same way (highest_settlement_m). Each of these used to be read
+    both ways (or found two partners), and the planner refused."""
     files = {f"{state.lower()}.md": f'---\nkind: "state"\nname: "{state}"\nhighest_point: "{point}"\n'
-                                    f"highest_point_m: {metres}\n---\n# {state}\n\n{state} is a state.\n"
-             for state, point, metres in (("Wyoming", "Gannett Peak", 4202), ("Florida", "Britton Hill", 105),
-                                          ("Alaska", "Denali", 6190))}
+                                    f"highest_point_m: {metres}\nhighest_settlement_m: {settlement}\n---\n"
+                                    f"# {state}\n\n{state} is a state.\n"
+             for state, point, metres, settlement in (("Wyoming", "Gannett Peak", 4202, 2100),
+                                                      ("Florida", "Britton Hill", 105, 90),
+                                                      ("Alaska", "Denali", 6190, 1200))}
+    files |= {f"{name.lower()}.md": f'---\nkind: "project"\nname: "{name}"\ngenre: "puzzle"\nprize: "{prize}"\n'
+                                    f"prize_k: {amount}\n---\n# {name}\n\nA puzzle.\n"
+              for name, prize, amount in (("Tides", "a gold cup", 50), ("Moons", "a silver cup", 30))}
     questions = ["What is the highest point in Wyoming?", "How high is the highest point of Florida?",
-                 "What is the highest point in the country?"]
+                 "What is the highest point in the country?", "How high is Gannett Peak?",
+                 "What is the total prize of the puzzle projects?"]
     done = turns_over(tmp_path, monkeypatch, files, questions, sources_extra="terms:\n  country: all\n")
-    assert [(turn.get("exact") or {}).get("answer") for turn in done] == ["Gannett Peak", 105, "Denali"]
+    assert [(turn.get("exact") or {}).get("answer") for turn in done] == ["Gannett Peak", 105, "Denali", 4202, 80]
 
 
 def test_cli_chat_one_turn_and_a_session(catalog: Settings, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ cannot answer exactly (`Unmapped`), never a guess.
 
 Where the words allow several readings (a value that names a state and a river, a relation that could go through
 two fields), every reading is made (`Reader.readings`); the planner runs them all and answers only when they agree.
+A thing and its measure (highest_point, highest_point_m) are one reading, not two (`Parse.thing_or_measure`).
 
 A reading compiles to the metadata query tool's JSON form (structured/operations.py): a semi-join for a set
 qualified by another set, argmax/argmin for a superlative, count/sum/avg/group_by for an aggregate.
@@ -23,6 +24,7 @@ from typing import Any
 from rag_pipeline.chat.lexicon import (
     EMPTY_VERBS,
     HOW_ADJECTIVES,
+    QUANTITY_NOUNS,
     QUESTION_WORDS,
     RELATION_SYNONYMS,
     RELATION_WORDS,
@@ -193,6 +195,8 @@ class Parse:
         self.conjunction = "or"  # how the values a modifier lists combine: "and" (all of) or "or" (any of)
         self.ranked_by_age = False  # the ranking came from "earliest"/"latest" (a date asked may be what it ranks)
         self.ranked_field_asked = False  # "the largest budget of ...": the ranking's field is what is asked
+        self.how_of_field: str | None = None  # "how high is ...": the quantity asked of the field
+        self.wants_number = False  # the asked field is added up, averaged or measured ("how high")
 
     def find_aggregate(self) -> str | None:
         """A total or an average said anywhere but the start ("the area of the states combined")."""
@@ -305,6 +309,7 @@ class Parse:
             asked = self.trailing_field(selection)
         reading = Reading(answer, selection)
         self.how_of_field = how if asked is not None and how is not None else None
+        self.wants_number = answer in ("sum", "avg") or self.aggregate_said is not None or self.how_of_field is not None
         if grouped is not None:
             if answer in ("sum", "avg") and asked is not None:  # "the total budget per publisher"
                 measured = self.resolve_field(asked, selection)
@@ -356,34 +361,37 @@ class Parse:
         name = reading.field
         if name is None or self.reader.kind(name) != "string":
             return
-        words = field_words(name)[0]
-        first = words.split()[0]
-        superlative = self.lexicon.readings(first, 1)
-        numbers = self.reader.fields_of(reading.selection.klass, ("number",))
-        # its measure (highest_point_m) if there is one, else a number whose name starts the same way
-        partners = [other for other in numbers if field_words(other)[0] == words] \
-            or [other for other in numbers if field_words(other)[0].split()[0] == first]
-        if len(partners) != 1:
+        superlative = self.lexicon.readings(field_words(name)[0].split()[0], 1)
+        measure = self.measure_of(name, reading.selection.klass)
+        if measure is None:
             return
-        if getattr(self, "how_of_field", None):
-            reading.field = partners[0]  # "how high is the highest point of florida"
+        if self.how_of_field:
+            reading.field = measure  # "how high is the highest point of florida"
             return
         direction = next((detail[0] for kind, detail in superlative if kind == "superlative"), None)
         if direction is not None and not reading.selection.named and reading.selection.rank is None \
                 and reading.answer == "values" and not self.asked_plural:
-            reading.selection.rank = ("argmax" if direction == "max" else "argmin", partners[0])
+            reading.selection.rank = ("argmax" if direction == "max" else "argmin", measure)
 
     def partner_of_value(self, selection: Selection) -> str | None:
         """'how high is guadalupe peak': the number field measuring the field the value was found in."""
         for name in selection.where:
             if name in self.reader.profile.fields and self.reader.kind(name) == "string" \
                     and name not in self.reader.profile.subjects[:1]:
-                first = field_words(name)[0].split()[0]
-                partners = [other for other in self.reader.fields_of(selection.klass, ("number",))
-                            if field_words(other)[0].split()[0] == first]
-                if len(partners) == 1:
-                    return partners[0]
+                measure = self.measure_of(name, selection.klass)
+                if measure is not None:
+                    return measure
         return None
+
+    def measure_of(self, name: str, klass: str | None) -> str | None:
+        """The number field of the class that measures a string field: the one named by the same words
+        (highest_point -> highest_point_m), else the one whose name starts with the same word (highest_point ->
+        highest_elevation_m); None unless there is exactly one."""
+        words = field_words(name)[0]
+        numbers = self.reader.fields_of(klass, ("number",))
+        partners = [other for other in numbers if field_words(other)[0] == words] \
+            or [other for other in numbers if field_words(other)[0].split()[0] == words.split()[0]]
+        return partners[0] if len(partners) == 1 else None
 
     def asked_quantity(self) -> tuple[str, ...] | None:
         """After 'how many': a quantity noun ('how many people') asks for that field of what follows."""
@@ -489,18 +497,24 @@ class Parse:
         return self.pick_field(self.thing_or_measure(list(asked[1:]), klass), klass, "", key=f"field@{asked[1]}")
 
     def thing_or_measure(self, candidates: list[str], klass: str | None) -> list[str]:
-        """Of the class's fields named by the same words, one a thing and the others its measure in a unit
-        (highest_point: a name; highest_point_m: its height), the thing, unless the question asks how much of it
-        ('how high is the highest point of florida'): the measures. Other candidates stay as they are."""
-        present = self.reader.profile.fields_of(klass)
-        names = [name for name in candidates if name in present]
-        if len(names) < 2 or len({field_words(name)[0] for name in names}) != 1:
+        """When the candidates the class has are one string field and one or more numbers with a unit, all named by
+        the same words (highest_point: a name; highest_point_m: its height), the string field, unless the asked field
+        is added up, averaged or measured ('how high is the highest point of florida'), or its words are themselves a
+        quantity ('depth'): then the numbers. Otherwise `candidates` unchanged."""
+        profile = self.reader.profile
+        present = profile.fields_of(klass)
+        words = {name: field_words(name) for name in candidates if name in present}
+        if len(words) < 2 or len({said for said, _ in words.values()}) != 1:
             return candidates
-        things = [name for name in names if field_words(name)[1] is None and self.reader.kind(name) != "number"]
-        measures = [name for name in names if field_words(name)[1] is not None and self.reader.kind(name) == "number"]
-        if len(things) != 1 or len(things) + len(measures) != len(names):
+        if klass is None and not any(set(words) <= set(fields) for fields in profile.classes.values()):
+            return candidates  # no class has them all: not a thing and its measure
+        kind = self.reader.kind
+        things = [name for name, (_, unit) in words.items() if unit is None and kind(name) == "string"]
+        measures = [name for name, (_, unit) in words.items() if unit is not None and kind(name) == "number"]
+        if len(things) != 1 or len(things) + len(measures) != len(words):
             return candidates
-        return measures if getattr(self, "how_of_field", None) else things
+        said = next(iter(words.values()))[0]
+        return measures if self.wants_number or said in QUANTITY_NOUNS else things
 
     def quantity(self, quantity: str, klass: str | None) -> str:
         numeric = self.reader.fields_of(klass, ("number", "date"))
@@ -1098,11 +1112,9 @@ class Parse:
         kind = self.reader.kind(name)
         if kind in ("number", "date", "list"):
             return name
-        first = field_words(name)[0].split()[0]
-        partners = [other for other in self.reader.fields_of(klass, ("number",))
-                    if field_words(other)[0].split()[0] == first]
-        if len(partners) == 1:
-            return partners[0]
+        measure = self.measure_of(name, klass)
+        if measure is not None:
+            return measure
         raise Unmapped(f"nothing ranks {name!r}")
 
     # --- resolution --------------------------------------------------------------------------------------------
