@@ -336,9 +336,10 @@ def test_a_thing_and_its_measure_are_one_reading(tmp_path: Path, monkeypatch: py
               for name, prize, amount in (("Tides", "a gold cup", 50), ("Moons", "a silver cup", 30))}
     questions = ["What is the highest point in Wyoming?", "How high is the highest point of Florida?",
                  "What is the highest point in the country?", "How high is Gannett Peak?",
-                 "What is the total prize of the puzzle projects?"]
+                 "What is the total prize of the puzzle projects?", "How high is the highest point in the country?"]
     done = turns_over(tmp_path, monkeypatch, files, questions, sources_extra="terms:\n  country: all\n")
-    assert [(turn.get("exact") or {}).get("answer") for turn in done] == ["Gannett Peak", 105, "Denali", 4202, 80]
+    assert [(turn.get("exact") or {}).get("answer") for turn in done] == ["Gannett Peak", 105, "Denali", 4202, 80,
+                                                                          6190]
 
 
 def test_cli_chat_one_turn_and_a_session(catalog: Settings, tmp_path: Path) -> None:

@@ -357,17 +357,22 @@ class Parse:
 
     def ranked_by_name(self, reading: Reading) -> None:
         """A field whose name is a superlative ('highest point') asked of several documents: the one whose
-        partner number is the largest ('the highest point in the us'); 'how high' of it: that number."""
+        partner number is the largest ('the highest point in the us'); 'how high' of it: that number, the largest
+        one when asked of several ('how high is the highest point in the us')."""
         name = reading.field
-        if name is None or self.reader.kind(name) != "string":
+        if name is None:
             return
-        superlative = self.lexicon.readings(field_words(name)[0].split()[0], 1)
-        measure = self.measure_of(name, reading.selection.klass)
+        if self.reader.kind(name) == "string":
+            measure = self.measure_of(name, reading.selection.klass)
+        elif self.reader.kind(name) == "number" and self.how_of_field:
+            measure = name  # the measure itself was asked (thing_or_measure)
+        else:
+            return
         if measure is None:
             return
         if self.how_of_field:
             reading.field = measure  # "how high is the highest point of florida"
-            return
+        superlative = self.lexicon.readings(field_words(name)[0].split()[0], 1)
         direction = next((detail[0] for kind, detail in superlative if kind == "superlative"), None)
         if direction is not None and not reading.selection.named and reading.selection.rank is None \
                 and reading.answer == "values" and not self.asked_plural:
