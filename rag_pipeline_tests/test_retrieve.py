@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import socket
 import uuid
 from collections.abc import Sequence
@@ -35,6 +36,7 @@ from rag_pipeline_tests.store_helpers import (
     make_points,
     open_store,
     point_with,
+    unit_vector,
 )
 
 pytestmark = [  # qdrant-client's local mode ignores payload indexes and HNSW parameters
@@ -306,18 +308,16 @@ class RecordingStore:
 def noisy_points(start: int, count: int) -> list[IndexPoint]:
     """`count` points with random unit vectors and short texts; every other one is a pdf, every fourth one is
     tagged team-a."""
-    rng = np.random.default_rng(start)
+    rng = random.Random(start)
     words = ["pump", "valve", "seal", "gasket", "boiler", "pipe", "flange", "motor"]
     result = []
     for index in range(start, start + count):
-        dense = rng.normal(size=DIM)
-        text = " ".join(rng.choice(words, size=6)) + f" part{index}"
+        text = " ".join(rng.choices(words, k=6)) + f" part{index}"
         path = f"/docs/{index}.md"
         payload = {"text": text, "sha": f"doc{index}", "heading_path": "", "shard": "0",
                    "doc_type": "pdf" if index % 2 else "md",
                    **label_payload([path], ["team-a"] if index % 4 == 0 else [], [], [])}
-        result.append(IndexPoint(str(uuid.UUID(int=index + 1)), (dense / np.linalg.norm(dense)).tolist(),
-                                 encode_document(text), payload))
+        result.append(IndexPoint(str(uuid.UUID(int=index + 1)), unit_vector(rng), encode_document(text), payload))
     return result
 
 
