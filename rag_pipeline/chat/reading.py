@@ -362,9 +362,10 @@ class Parse:
         name = reading.field
         if name is None:
             return
-        if self.reader.kind(name) == "string":
+        field_kind = self.reader.kind(name)
+        if field_kind == "string":
             measure = self.measure_of(name, reading.selection.klass)
-        elif self.reader.kind(name) == "number" and self.how_of_field:
+        elif field_kind == "number" and self.how_of_field:
             measure = name  # the measure itself was asked (thing_or_measure)
         else:
             return
