@@ -1,7 +1,7 @@
-"""The conversion workers import docling without transformers (rag_pipeline/ingest/docling_import.py) and convert as
-docling does with it, and a later import of transformers in the same process still loads it. Each test runs a fresh
-interpreter: what a module import leaves in sys.modules (and which forkserver the workers fork from) is the behaviour
-under test."""
+"""The conversion workers import docling without transformers or torch (rag_pipeline/ingest/docling_import.py) and
+convert as docling does with them, and a later import of either in the same process still loads it. Each test runs a
+fresh interpreter: what a module import leaves in sys.modules (and which forkserver the workers fork from) is the
+behaviour under test."""
 
 from __future__ import annotations
 
@@ -27,30 +27,34 @@ def loaded_modules_handler() -> Callable[[Sequence[str]], list[bool]]:
     return lambda names: [name in sys.modules for name in names]
 
 
-def test_docling_is_imported_without_transformers_which_still_loads_afterwards() -> None:
+def test_docling_is_imported_without_transformers_or_torch_which_still_load_afterwards() -> None:
     lines = run_python("""
 import sys
 import rag_pipeline.ingest.docling_import
-print("docling.document_converter" in sys.modules, "transformers" in sys.modules)
+print("docling.document_converter" in sys.modules, "transformers" in sys.modules, "torch" in sys.modules)
 from transformers import StoppingCriteria
 print(StoppingCriteria.__module__)
+import torch
+print(torch.ones(2).sum().item())
+from docling.pipeline.asr_transformers import TransformersAsrDecoder
+print(hasattr(TransformersAsrDecoder, "__init__") and "torch" in sys.modules)
 """)
-    assert lines == ["True False", "transformers.generation.stopping_criteria"]
+    assert lines == ["True False False", "transformers.generation.stopping_criteria", "2.0", "True"]
 
 
-def test_the_conversion_workers_have_docling_loaded_and_not_transformers() -> None:
+def test_the_conversion_workers_have_docling_loaded_and_not_transformers_or_torch() -> None:
     lines = run_python("""
 from rag_pipeline.ingest.convert import PRELOAD, start_conversion_workers
 from rag_pipeline.ingest.worker_pool import WorkerPool
 from rag_pipeline_tests.test_docling_import import loaded_modules_handler
 start_conversion_workers()
 with WorkerPool(1, loaded_modules_handler, 60, preload=PRELOAD) as pool:
-    print(list(pool.run([["docling.document_converter", "transformers"]])))
+    print(list(pool.run([["docling.document_converter", "transformers", "torch"]])))
 """)
-    assert lines == ["[(0, [True, False])]"]
+    assert lines == ["[(0, [True, False, False])]"]
 
 
-def test_workers_without_transformers_convert_every_format_as_docling_does_with_it() -> None:
+def test_workers_without_transformers_or_torch_convert_every_format_as_docling_does_with_them() -> None:
     from .conftest import DOCUMENTS
 
     paths = sorted(str(path) for path in DOCUMENTS.iterdir() if path.suffix in (".pdf", ".docx", ".html"))
@@ -63,7 +67,7 @@ from rag_pipeline.settings import Settings
 start_conversion_workers()
 jobs = [(Path(path), Path(path).suffix[1:]) for path in {paths!r}]
 pooled = dict(conversions(Settings(convert_workers=2), DocumentConverter(), jobs))
-in_process = DocumentConverter()  # docling imported here as usual, transformers included
+in_process = DocumentConverter()  # docling imported here as usual, transformers and torch included
 for index, job in enumerate(jobs):
     converted = pooled[index].converted
     print(job[0].name, converted is not None and converted == convert_outcome(in_process, *job).converted)

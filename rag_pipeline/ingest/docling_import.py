@@ -1,22 +1,40 @@
-"""Importing this module imports docling's converter without transformers, for the conversion workers' forkserver.
+"""Importing this module imports docling's converter without transformers or torch, for the conversion workers'
+forkserver.
 
 `docling.document_converter` imports transformers (~0.6 s of a core, measured on 2 cores) only for one type
 annotation of its VLM options, and falls back to a placeholder when transformers is absent (docling's slim
-installs). The conversion pipelines used here (DOCX, HTML, PPTX, the native PDF pipeline) never touch it.
-Transformers is hidden for this one import only: a later import (the PDF layout-model pipeline's) loads it as
-usual. Import this only in a process that runs no other thread (a forkserver): another thread's import of
-transformers would fail meanwhile.
+installs). It imports torch (~1 s of a core) only through its audio pipeline's speech-recognition decoder
+(`docling.pipeline.asr_transformers`), which imports torch at module level; that module stands in here as a
+placeholder, since no format ingested here is audio. The conversion pipelines used here (DOCX, HTML, PPTX, the native
+PDF pipeline) never touch either. Both are hidden for this one import only: a later import (the PDF layout-model
+pipeline's) loads them, and the speech decoder's module, as usual. What a module checks once at its import stays as it
+found it: docling's speech model specs note no Apple GPU (MPS), which only audio would use. Import this only in a
+process that runs no other thread (a forkserver): another thread's import of transformers or torch would fail
+meanwhile.
 """
 
 from __future__ import annotations
 
 import sys
+import types
 
-_hidden = "transformers" not in sys.modules
-if _hidden:
-    sys.modules["transformers"] = None  # type: ignore[assignment]  # the import system's "not installed"
+SPEECH_DECODER = "docling.pipeline.asr_transformers"  # imports torch at module level; only audio conversion uses it
+
+
+def _placeholder_speech_decoder() -> types.ModuleType:
+    """The speech decoder's module as its importers see it: its one class, as a placeholder never instantiated."""
+    module = types.ModuleType(SPEECH_DECODER, "placeholder: audio is not converted in the conversion workers")
+    module.TransformersAsrDecoder = type("TransformersAsrDecoder", (), {})  # type: ignore[attr-defined]
+    return module
+
+
+_hidden = {name: None for name in ("transformers", "torch") if name not in sys.modules}
+if SPEECH_DECODER not in sys.modules and "torch" in _hidden:
+    _hidden[SPEECH_DECODER] = _placeholder_speech_decoder()
+sys.modules.update(_hidden)  # type: ignore[arg-type]  # None: the import system's "not installed"
 try:
     import docling.document_converter  # noqa: F401  (the import is the point)
 finally:
-    if _hidden and sys.modules.get("transformers", False) is None:
-        del sys.modules["transformers"]
+    for _name, _stand_in in _hidden.items():
+        if sys.modules.get(_name, False) is _stand_in:
+            del sys.modules[_name]
