@@ -37,9 +37,16 @@ print(StoppingCriteria.__module__)
 import torch
 print(torch.ones(2).sum().item())
 from docling.pipeline.asr_transformers import TransformersAsrDecoder
-print(hasattr(TransformersAsrDecoder, "__init__") and "torch" in sys.modules)
+print(TransformersAsrDecoder.__module__)
+from docling.pipeline import asr_transcriber
+try:
+    asr_transcriber.TransformersAsrDecoder()
+except RuntimeError as error:
+    print(error)
 """)
-    assert lines == ["True False False", "transformers.generation.stopping_criteria", "2.0", "True"]
+    assert lines == ["True False False", "transformers.generation.stopping_criteria", "2.0",
+                     "docling.pipeline.asr_transformers",
+                     "docling's speech decoder is not loaded in the conversion workers: audio is not converted"]
 
 
 def test_the_conversion_workers_have_docling_loaded_and_not_transformers_or_torch() -> None:

@@ -28,7 +28,7 @@ from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
 # Imported once by the workers' forkserver; "__main__" so that each worker does not run the main script again
-# (the `rag-pipeline` or `dagster` console script: a guarded import). The forkserver imports docling (~1.1 s of a
+# (the `rag-pipeline` or `dagster` console script: a guarded import). The forkserver imports docling (~1.4 s of a
 # core; without transformers and torch: see docling_import) once per process, as this process would have; each
 # step's workers build docling's pipelines again (~0.3-0.5 s a step, measured with bench/bench_convert.py).
 PRELOAD = ["__main__", "rag_pipeline.ingest.convert", "rag_pipeline.ingest.docling_import"]
@@ -81,7 +81,7 @@ def conversions_ahead(settings: Settings, roots: Iterable[Path | str]) -> bool:
 
 
 def start_conversion_workers() -> None:
-    """Start the forkserver conversion workers fork from now: its import of docling (~2.4 s of a core) then overlaps
+    """Start the forkserver conversion workers fork from now: its import of docling (~1.4 s of a core) then overlaps
     the work before the conversion stage instead of delaying it."""
     start_forkserver(PRELOAD)
 
