@@ -45,6 +45,7 @@ from rag_pipeline.errors import ConfigError, Conflict, IngestFailed, StoreLocked
 from rag_pipeline.file_lock import LockHeld, locked
 from rag_pipeline.ingest.convert import start_conversion_workers
 from rag_pipeline.ingest.discover import files_since_scan
+from rag_pipeline.ingest.document_workers import document_workers, start_document_workers
 from rag_pipeline.ingest.membership import forget_source
 from rag_pipeline.ingest.plan import docling_pending, pending_shards, pending_work
 from rag_pipeline.ingest.summary import IngestSummary
@@ -153,7 +154,9 @@ def locked_ingest(rag: RagResource, started: float) -> dict[str, Any]:
     if settings.ingest_workers > 1 and any(len(run) > 1 for run in runs):
         start_shard_workers_forkserver()  # Dagster and the pipeline (~2 s), during the raw_documents run
     elif docling_pending(settings, manifest, shards):
-        start_conversion_workers()  # docling (~2.4 s), for the conversions in this process
+        start_conversion_workers()  # docling (~1.4 s), for the conversions in this process
+    elif document_workers(settings, len(pending_work(settings, manifest, shards))) > 1:
+        start_document_workers()  # for the redaction and chunking workers (~0.5 s), during raw_documents
     summary = IngestSummary(shards=shards, sources=[spec.name for spec in specs], paths_before=sidecar.first_paths())
     generations = rag.generations()
     target = generations.target()

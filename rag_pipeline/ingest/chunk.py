@@ -5,62 +5,106 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
 
 from tokenizers import Tokenizer
 
 from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_tokenizer, special_token_count
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.ingest.chunkers import Chunk, chunk_document, context_line, contextual_text
+from rag_pipeline.ingest.document_workers import per_document
 from rag_pipeline.ingest.redaction_rules import redact_path
 from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.ingest.worker_pool import Lost
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
 CHECK_BATCH = 256  # chunks tokenized at a time by the size check
 
 
+@dataclass(frozen=True)
+class ChunkedDocument:
+    """What chunking one document gave: its chunks written, its sidecar row, and the chunks over their size limit
+    (the check `chunk_sizes_within_limit`)."""
+
+    sha: str
+    chunks: int
+    row: dict
+    oversized: str | None = None
+
+
+def chunking_handler(settings: Settings) -> Callable[[list[tuple[str, str, str, str]]], list[ChunkedDocument]]:
+    """A handler of (shard, sha, source name, path) jobs, for ingest/document_workers.py: the tokenizer is loaded
+    once per process."""
+    tokenizer, size = chunk_budget(settings)
+    return lambda jobs: [chunk_one(settings, tokenizer, size, *job) for job in jobs]
+
+
+def chunk_one(settings: Settings, tokenizer: Tokenizer | None, size: int, shard: str, sha: str, source_name: str,
+              path: str) -> ChunkedDocument:
+    """Chunk one redacted document into <sha>.jsonl (one Chunk per line); `source_name` is its path as the context
+    line shows it before redaction, `path` names it in messages."""
+    markdown, redacted, chunks = (stores(settings)[stage] for stage in ("markdown", "redacted", "chunks"))
+    begin = time.perf_counter()
+    name = redact_path(settings, source_name)
+    conversion = markdown.read_json(shard, sha, "json")  # (no line_origins: converted before they were kept)
+    pieces = chunk_document(
+        sha, redacted.read_text(shard, sha, "md"),
+        line_pages=conversion["line_pages"], line_origins=conversion.get("line_origins"),
+        chunker=settings.chunker, chunk_size=size, chunk_overlap=settings.chunk_overlap,
+        sentence_window=settings.sentence_window, tokenizer=tokenizer, document_name=name,
+    )
+    elapsed_ms = (time.perf_counter() - begin) * 1000
+    oversized = oversized_chunks(pieces, name, tokenizer, size, settings.chunk_overlap)
+    message = None
+    if oversized:
+        unit = "word pieces with their context line" if tokenizer else "characters"
+        limit = size if tokenizer else size + settings.chunk_overlap
+        message = f"{path}: chunks {oversized} exceed {limit} {unit}"
+    chunks.write_text(shard, sha, "jsonl", "".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n" for c in pieces))
+    return ChunkedDocument(sha, len(pieces), {"sha": sha, "stage": "chunks", "chunks": len(pieces),
+                                              "chunk_ms": elapsed_ms}, message)
+
+
 def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
                 *, documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
-    """Chunk every new redacted document (of `documents`) into <sha>.jsonl (one Chunk per line)."""
+    """Chunk every new redacted document (of `documents`) into <sha>.jsonl (one Chunk per line), in worker
+    processes when there are many (ingest/document_workers.py). A document whose worker died or ran past
+    RAG_CONVERT_TIMEOUT_S fails alone and gets no chunks: the next ingest tries it again."""
     started = time.perf_counter()
     report = StageReport("chunks", sorted(shards), documents)
-    all_stores = stores(settings)
-    markdown, redacted, chunks = all_stores["markdown"], all_stores["redacted"], all_stores["chunks"]
+    redacted, chunks = stores(settings)["redacted"], stores(settings)["chunks"]
     todo = reconcile(report, lambda shard: redacted.shas(shard, "md"), chunks.shas, chunks)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
-    tokenizer, size = chunk_budget(settings)
+    jobs = [(shard, sha, source_name(known.get(sha), sha), describe(known.get(sha), sha)) for shard, sha in todo]
     rows = []
-    for shard, sha in todo:
-        begin = time.perf_counter()
-        name = document_name(settings, known.get(sha), sha)
-        conversion = markdown.read_json(shard, sha, "json")  # (no line_origins: converted before they were kept)
-        pieces = chunk_document(
-            sha, redacted.read_text(shard, sha, "md"),
-            line_pages=conversion["line_pages"], line_origins=conversion.get("line_origins"),
-            chunker=settings.chunker, chunk_size=size, chunk_overlap=settings.chunk_overlap,
-            sentence_window=settings.sentence_window, tokenizer=tokenizer, document_name=name,
-        )
-        elapsed_ms = (time.perf_counter() - begin) * 1000
-        oversized = oversized_chunks(pieces, name, tokenizer, size, settings.chunk_overlap)
-        if oversized:
-            unit = "word pieces with their context line" if tokenizer else "characters"
-            limit = size if tokenizer else size + settings.chunk_overlap
-            report.check_failures.append(f"{describe(known.get(sha), sha)}: chunks {oversized} exceed {limit} {unit}")
-        chunks.write_text(shard, sha, "jsonl", "".join(json.dumps(c.to_dict(), ensure_ascii=False) + "\n"
-                                                         for c in pieces))
+    for (_, sha, _, path), outcome in zip(jobs, per_document(settings, partial(chunking_handler, settings), jobs)):
+        if isinstance(outcome, Lost):
+            error = f"the chunking did not finish: {outcome.reason}"
+            report.failed[sha] = f"{path}: {error}"
+            rows.append({"sha": sha, "status": "failed", "stage": "chunks", "error": error})
+            continue
+        if outcome.oversized:
+            report.check_failures.append(outcome.oversized)
         report.added.append(sha)
-        report.chunks += len(pieces)
-        rows.append({"sha": sha, "stage": "chunks", "chunks": len(pieces), "chunk_ms": elapsed_ms})
+        report.chunks += outcome.chunks
+        rows.append(outcome.row)
     sidecar.upsert(rows)
     report.seconds = time.perf_counter() - started
     return report
 
 
+def source_name(row: dict | None, sha: str) -> str:
+    """The document's path relative to its root (its first path, else its SHA, when the sidecar has none)."""
+    return row["rel_path"] if row and row.get("rel_path") else describe(row, sha)
+
+
 def document_name(settings: Settings, row: dict | None, sha: str) -> str:
     """The document's path relative to its root as the embedded context line shows it (secrets in it redacted)."""
-    return redact_path(settings, row["rel_path"] if row and row.get("rel_path") else describe(row, sha))
+    return redact_path(settings, source_name(row, sha))
 
 
 def chunk_budget(settings: Settings) -> tuple[Tokenizer | None, int]:

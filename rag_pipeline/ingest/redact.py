@@ -7,7 +7,9 @@ the other documents go on."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
 
 from rag_pipeline.fields.registry import (
     EXTRACT_ERRORS,
@@ -21,10 +23,12 @@ from rag_pipeline.fields.values import DocumentFields, FieldValue, scalar_text
 from rag_pipeline.ingest.artifacts import DROPPED, ArtifactStore
 from rag_pipeline.ingest.body_facts import with_body_facts
 from rag_pipeline.ingest.converters import first_heading
+from rag_pipeline.ingest.document_workers import per_document
 from rag_pipeline.ingest.redaction_rules import redact_value, redact_with
 from rag_pipeline.ingest.secret_check import find_leaks
 from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
+from rag_pipeline.ingest.worker_pool import Lost
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
@@ -103,15 +107,70 @@ def released_secrets(redacted: ArtifactStore, released: Iterable[tuple[str, str]
     return failures
 
 
+@dataclass
+class RedactedDocument:
+    """What redacting one document gave: its sidecar row (None when its Markdown was dropped), its field rows and
+    extraction errors, why it failed (withheld for a secret, or no Markdown left), and what the check
+    `no_secret_survives` found in what it released."""
+
+    sha: str
+    row: dict | None
+    field_rows: list[dict] = field(default_factory=list)
+    field_errors: list[dict] = field(default_factory=list)
+    failure: str | None = None
+    check_failures: list[str] = field(default_factory=list)
+
+
+def redaction_handler(settings: Settings) -> Callable[[list[tuple[str, str, str]]], list[RedactedDocument]]:
+    """A handler of (shard, sha, path) jobs, for ingest/document_workers.py."""
+    specs = declared_fields(settings)
+    return lambda jobs: [redact_document(settings, specs, *job) for job in jobs]
+
+
+def redact_document(settings: Settings, specs: Mapping[str, FieldSpec], shard: str, sha: str,
+                    path: str) -> RedactedDocument:
+    """Redact one converted document and its title and fields into the redacted store (`path` names it in
+    messages); a document in which the detector still finds a secret is withheld (<sha>.error.json)."""
+    markdown, redacted = stores(settings)["markdown"], stores(settings)["redacted"]
+    if not markdown.exists(shard, sha, "md"):
+        return RedactedDocument(sha, None, failure=(
+            f"{path}: its unredacted Markdown was dropped (RAG_KEEP_UNREDACTED=false); "
+            "delete its raw and markdown artifacts to convert the source again"))
+    begin = time.perf_counter()
+    text = markdown.read_text(shard, sha, "md")
+    result = redact_with(settings, text)
+    elapsed_ms = (time.perf_counter() - begin) * 1000
+    converted_json = markdown.read_json(shard, sha, "json")
+    titles = {key: cleaned for key, found in (("title", converted_json.get("title")),
+                                              ("first_heading", first_heading(text)))
+              if found and (cleaned := redact_value(settings, key, found))}
+    fields = stated_fields(converted_json.get("fields"), titles, specs, settings, result.text)
+    where = surviving_secrets(result.text, {**titles, **fields.values})
+    if where:
+        error = withheld(where)
+        redacted.write_json(shard, sha, "error.json", {"path": path, "error": error})
+        return RedactedDocument(sha, {"sha": sha, "status": "failed", "stage": "redacted", "error": error,
+                                      "title": None, "first_heading": None}, failure=f"{path}: {error}")
+    redacted.write_json(shard, sha, "json", {"counts": result.counts, "fields": fields.to_json()})
+    redacted.write_text(shard, sha, "md", result.text)
+    row = {"sha": sha, "stage": "redacted", "redactions": sum(result.counts.values()), "redact_ms": elapsed_ms,
+           "title": titles.get("title"), "first_heading": titles.get("first_heading")}
+    return RedactedDocument(sha, row, field_rows(sha, fields.values),
+                            [{"sha": sha, "origin": EXTRACT_ERRORS, "error": error} for error in fields.errors],
+                            check_failures=released_secrets(redacted, [(shard, sha)], {sha: path}))
+
+
 def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
                   *, documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
     """Redact secrets and PII from every new Markdown document (of `documents`) and its title and fields; counts
-    per kind go to <sha>.json.
+    per kind go to <sha>.json. Documents are redacted in worker processes when there are many
+    (ingest/document_workers.py).
 
     A document in which the independent detector (secret_check) still finds a secret fails alone: no redacted
     output, <sha>.error.json and status `failed` naming where the secret is and its kind; it is not retried (its
-    bytes must change). Without keep_unredacted, the raw and Markdown artifacts of every redacted, withheld or
-    unconvertible document are dropped.
+    bytes must change). So does a document whose worker died or ran past RAG_CONVERT_TIMEOUT_S. Without
+    keep_unredacted, the raw and Markdown artifacts of every redacted, withheld or unconvertible document are
+    dropped.
     """
     started = time.perf_counter()
     report = StageReport("redacted", sorted(shards), documents)
@@ -125,48 +184,28 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
 
     todo = reconcile(report, converted, done, redacted)
     known = sidecar.documents_by_sha([sha for _, sha in todo])
-    specs = declared_fields(settings)
+    jobs = [(shard, sha, describe(known.get(sha), sha)) for shard, sha in todo]
     rows = []
     field_rows_by_sha: dict[str, list[dict]] = {}
     field_errors: list[dict] = []
-    released: list[tuple[str, str]] = []
-    for shard, sha in todo:
-        path = describe(known.get(sha), sha)
-        if not markdown.exists(shard, sha, "md"):
-            report.failed[sha] = (f"{path}: its unredacted Markdown was dropped (RAG_KEEP_UNREDACTED=false); "
-                                  "delete its raw and markdown artifacts to convert the source again")
-            continue
-        begin = time.perf_counter()
-        text = markdown.read_text(shard, sha, "md")
-        result = redact_with(settings, text)
-        elapsed_ms = (time.perf_counter() - begin) * 1000
-        converted_json = markdown.read_json(shard, sha, "json")
-        titles = {key: cleaned for key, found in (("title", converted_json.get("title")),
-                                                  ("first_heading", first_heading(text)))
-                  if found and (cleaned := redact_value(settings, key, found))}
-        fields = stated_fields(converted_json.get("fields"), titles, specs, settings, result.text)
-        where = surviving_secrets(result.text, {**titles, **fields.values})
-        if where:
-            error = withheld(where)
+    for (shard, sha, path), outcome in zip(jobs, per_document(settings, partial(redaction_handler, settings), jobs)):
+        if isinstance(outcome, Lost):
+            error = f"the redaction did not finish: {outcome.reason}"
             redacted.write_json(shard, sha, "error.json", {"path": path, "error": error})
-            report.failed[sha] = f"{path}: {error}"
-            rows.append({"sha": sha, "status": "failed", "stage": "redacted", "error": error, "title": None,
-                         "first_heading": None})
+            outcome = RedactedDocument(sha, {"sha": sha, "status": "failed", "stage": "redacted", "error": error,
+                                             "title": None, "first_heading": None}, failure=f"{path}: {error}")
+        if outcome.row is not None:
+            rows.append(outcome.row)
+        if outcome.failure is not None:
+            report.failed[sha] = outcome.failure
             continue
-        redacted.write_json(shard, sha, "json", {"counts": result.counts, "fields": fields.to_json()})
-        redacted.write_text(shard, sha, "md", result.text)
         report.added.append(sha)
-        released.append((shard, sha))
-        field_rows_by_sha[sha] = field_rows(sha, fields.values)
-        field_errors += [{"sha": sha, "origin": EXTRACT_ERRORS, "error": error} for error in fields.errors]
-        rows.append({"sha": sha, "stage": "redacted", "redactions": sum(result.counts.values()),
-                     "redact_ms": elapsed_ms, "title": titles.get("title"),
-                     "first_heading": titles.get("first_heading")})
+        field_rows_by_sha[sha] = outcome.field_rows
+        field_errors += outcome.field_errors
+        report.check_failures += outcome.check_failures
     sidecar.upsert(rows)
     sidecar.replace_fields([row for rows_of in field_rows_by_sha.values() for row in rows_of], list(field_rows_by_sha),
                            origins=EXTRACTED_ORIGINS, errors=field_errors)
-    report.check_failures = released_secrets(redacted, released,
-                                             {sha: describe(known.get(sha), sha) for _, sha in released})
     if not settings.keep_unredacted:
         drop_unredacted(raw, markdown, redacted, report.shards, documents)
     report.seconds = time.perf_counter() - started
