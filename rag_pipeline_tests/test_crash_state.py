@@ -156,7 +156,7 @@ def test_half_written_conversion_and_redaction_are_redone(tmp_path: Path) -> Non
     sha = sha_of(sorted(root.iterdir())[0])
     shard = settings.shard_of(sha)
     for stage in ("chunks", "embeddings"):
-        all_stores[stage].delete(shard, sha)
+        all_stores[stage].delete_documents(shard, [sha])
     for stage in ("markdown", "redacted"):
         all_stores[stage].path(shard, sha, "md").unlink()  # as if killed after writing <sha>.json
     resumed = run(root, data_dir)

@@ -147,7 +147,7 @@ def test_a_document_that_hangs_its_worker_fails_alone(tmp_path: Path, pooled: li
     assert sync_redacted(settings, shards, sidecar).added == []  # withheld: not tried again until its bytes change
 
     # Chunking: the slow document (released this time) fails alone and is chunked by the next run.
-    redacted.delete(shard, slow)
+    redacted.delete_documents(shard, [slow])
     assert sync_redacted(settings.model_copy(update={"document_workers": 1}), shards, sidecar).added == [slow]
     report = sync_chunks(limited, shards, sidecar)
     assert list(report.failed) == [slow] and "huge.txt: the chunking did not finish" in report.failed[slow]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +60,34 @@ class ArtifactStore:
     def read_json(self, shard: str, sha: str, suffix: str) -> Any:
         return json.loads(self.read_text(shard, sha, suffix))
 
-    def delete(self, shard: str, sha: str) -> None:
-        """Remove every artifact of the document in this stage."""
-        for path in (self.dir / shard).glob(f"{sha}.*"):
-            path.unlink(missing_ok=True)
+    def files_of(self, shard: str, shas: Iterable[str]) -> dict[str, list[Path]]:
+        """The files (<sha>.<suffix>) of each of `shas` in the shard, from one listing of its folder: a glob per
+        document would read the whole folder each time (quadratic in the shard's size)."""
+        wanted: dict[str, list[Path]] = {sha: [] for sha in shas}
+        if not wanted:
+            return wanted
+        try:
+            names = os.listdir(self.dir / shard)
+        except (FileNotFoundError, NotADirectoryError):
+            return wanted
+        for name in names:
+            sha, dot, _ = name.partition(".")
+            if dot and sha in wanted:
+                wanted[sha].append(self.dir / shard / name)
+        return wanted
 
-    def drop(self, shard: str, sha: str, keep: tuple[str, ...] = ()) -> None:
-        """Remove the document's files except those with a suffix in keep, and mark it <sha>.dropped."""
-        self.write_bytes(shard, sha, DROPPED, b"")
-        for path in (self.dir / shard).glob(f"{sha}.*"):
-            if path.name.split(".", 1)[1] not in (*keep, DROPPED):
+    def delete_documents(self, shard: str, shas: Iterable[str]) -> None:
+        """Remove every artifact of these documents in this stage."""
+        for paths in self.files_of(shard, shas).values():
+            for path in paths:
                 path.unlink(missing_ok=True)
+
+    def drop_documents(self, shard: str, shas: Iterable[str], keep: tuple[str, ...] = ()) -> None:
+        """Mark each of these documents <sha>.dropped, then remove its files except those with a suffix in keep."""
+        files = self.files_of(shard, shas)
+        for sha in files:
+            self.write_bytes(shard, sha, DROPPED, b"")
+        for paths in files.values():
+            for path in paths:
+                if path.name.split(".", 1)[1] not in (*keep, DROPPED):
+                    path.unlink(missing_ok=True)

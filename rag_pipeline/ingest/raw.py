@@ -54,10 +54,9 @@ def sync_raw(settings: Settings, manifest: Manifest, shards: Iterable[str], side
         vanished = sorted((held | recorded) - wanted)
         if vanished:
             report.figures.points_deleted += purge_points(live, vanished, compact=settings.compact_after_purge)
-        for sha in vanished:
-            store.delete(shard, sha)
-            report.purged.append(sha)
-            report.purged_paths[sha] = describe(known.get(sha), sha)
+        store.delete_documents(shard, vanished)
+        report.purged += vanished
+        report.purged_paths.update((sha, describe(known.get(sha), sha)) for sha in vanished)
     sidecar.upsert(rows)
     sidecar.delete(report.purged)
     report.seconds = time.perf_counter() - started

@@ -220,9 +220,9 @@ def drop_unredacted(raw: ArtifactStore, markdown: ArtifactStore, redacted: Artif
     for shard in shards:
         released = documents.select(redacted.shas(shard))
         done = released | documents.select(markdown.shas(shard, "error.json"))
-        for sha in sorted(done - raw.shas(shard, DROPPED)):
-            raw.drop(shard, sha)
-        for sha in sorted(released - markdown.shas(shard, DROPPED)):
+        raw.drop_documents(shard, sorted(done - raw.shas(shard, DROPPED)))
+        page_maps = sorted(released - markdown.shas(shard, DROPPED))
+        for sha in page_maps:
             page_map = {**markdown.read_json(shard, sha, "json"), "title": None, "fields": None}
             markdown.write_json(shard, sha, "json", page_map)
-            markdown.drop(shard, sha, keep=("json",))
+        markdown.drop_documents(shard, page_maps, keep=("json",))

@@ -176,9 +176,9 @@ def reconcile(
     within = report.documents.select
     for shard in report.shards:
         wanted, held = within(inputs(shard)), within(outputs(shard))
-        for sha in sorted(within(output_store.shas(shard)) - wanted):
-            output_store.delete(shard, sha)
-            report.purged.append(sha)
+        gone = sorted(within(output_store.shas(shard)) - wanted)
+        output_store.delete_documents(shard, gone)
+        report.purged += gone
         todo.extend((shard, sha) for sha in sorted(wanted - held))
         report.skipped += len(wanted & held)
     return todo
