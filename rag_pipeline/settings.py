@@ -85,8 +85,9 @@ class Settings(BaseSettings):
     convert_workers: int | None = Field(None, ge=1)
     convert_timeout_s: float = Field(600.0, gt=0)
     # Worker processes of the redaction and chunking steps (pure Python, one core each): unset = the cores this
-    # process may use, for a step of at least 500 documents (a smaller one runs in its own process); 1 = always in
-    # the step's process. Each batch of documents is bounded by convert_timeout_s (ingest/document_workers.py).
+    # process may use (a setting above that is capped to it), for a step of at least 500 documents (a smaller one
+    # runs in its own process); 1 = always in the step's process. Each batch of documents is bounded by
+    # convert_timeout_s (ingest/document_workers.py).
     document_workers: int | None = Field(None, ge=1)
     # Conversion limits (ingest/limits.py), checked before converting so that a hostile or broken file fails fast
     # and alone. HTML: element nesting as docling's parser builds it (docling slows with the square of the depth

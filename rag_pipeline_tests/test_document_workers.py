@@ -18,35 +18,58 @@ from rag_pipeline.defs.assets import markdown_documents, raw_documents
 from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.local_runs import dagster_instance, materialize_stages
 from rag_pipeline.defs.resources import RagResource
-from rag_pipeline.ingest import document_workers
+from rag_pipeline.errors import ConfigError
+from rag_pipeline.ingest import document_workers, worker_pool
 from rag_pipeline.ingest.chunk import sync_chunks
 from rag_pipeline.ingest.document_workers import per_document
 from rag_pipeline.ingest.redact import sync_redacted
 from rag_pipeline.ingest.stage import stores
-from rag_pipeline.ingest.worker_pool import Lost
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
-SLOW_DOCUMENT_CHARS = 9_000_000  # redacting or chunking it takes several seconds of a core (timeout: 1 s)
+SLOW_DOCUMENT_CHARS = 9_000_000  # redacting or chunking it takes over 10 s of a core
+TIMEOUT_S = 3.0  # the worker's limit in the stage test: a worker's start and a small batch take well under it
+
+
+class TwoPartError(Exception):
+    """An exception that pickles but does not unpickle (its __init__ takes two arguments)."""
+
+    def __init__(self, first: str, second: str) -> None:
+        super().__init__(f"{first} {second}")
 
 
 def pid_handler() -> object:
-    """Each job's (job, pid of the process that handled it); job "kill" kills its worker, "raise" raises."""
+    """Each job's (job, pid of the process that handled it); job "kill" kills its worker, "hang" sleeps a minute,
+    "raise" raises, "two parts" raises an exception that cannot cross the pipe."""
     def handle(jobs: list[str]) -> list[tuple[str, int]]:
         for job in jobs:
             if job == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if job == "hang":
+                time.sleep(60)
             if job == "raise":
                 raise ValueError(f"bad job {job} in process {os.getpid()}")
+            if job == "two parts":
+                raise TwoPartError("two", "parts")
         return [(job, os.getpid()) for job in jobs]
     return handle
+
+
+def lost(job: str, reason: str) -> tuple[str, str, str]:
+    """The result of a job whose worker died or was stopped."""
+    return ("lost", job, reason)
+
+
+def broken_handler() -> object:
+    """A handler that cannot be built (as chunking's without its tokenizer)."""
+    raise ConfigError("RAG_CHUNKER=tokens: no tokenizer here")
 
 
 @pytest.fixture
 def pooled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Steps of any size use 2 workers, in batches of 2 documents; returns the worker counts of the pools made."""
     pools: list[int] = []
-    real_pool = document_workers.WorkerPool
+    real_pool = worker_pool.WorkerPool
 
     def counted_pool(workers: int, *args: object, **kwargs: object) -> object:
         pools.append(workers)
@@ -54,14 +77,14 @@ def pooled(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(document_workers, "MIN_POOLED_DOCUMENTS", 1)
     monkeypatch.setattr(document_workers, "BATCH_DOCUMENTS", 2)
-    monkeypatch.setattr(document_workers, "WorkerPool", counted_pool)
+    monkeypatch.setattr(worker_pool, "WorkerPool", counted_pool)
     monkeypatch.setenv("RAG_DOCUMENT_WORKERS", "2")
     return pools
 
 
 def test_results_come_back_in_order_from_the_workers(pooled: list[int]) -> None:
     jobs = [f"job {index}" for index in range(9)]
-    results = per_document(Settings(), pid_handler, jobs)
+    results = per_document(Settings(), pid_handler, jobs, lost)
     assert [job for job, _ in results] == jobs
     assert os.getpid() not in {pid for _, pid in results}
     assert len({pid for _, pid in results}) == 2 and pooled == [2]
@@ -69,25 +92,41 @@ def test_results_come_back_in_order_from_the_workers(pooled: list[int]) -> None:
 
 def test_small_steps_and_one_worker_stay_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     jobs = ["a", "b", "c"]
-    assert per_document(Settings(), pid_handler, jobs) == [(job, os.getpid()) for job in jobs]  # below the minimum
+    in_process = [(job, os.getpid()) for job in jobs]
+    assert per_document(Settings(), pid_handler, jobs, lost) == in_process  # below the minimum
     monkeypatch.setattr(document_workers, "MIN_POOLED_DOCUMENTS", 1)
-    assert per_document(Settings(document_workers=1), pid_handler, jobs) == [(job, os.getpid()) for job in jobs]
+    assert per_document(Settings(document_workers=1), pid_handler, jobs, lost) == in_process
     assert document_workers.document_workers(Settings(document_workers=4), 3) == 1  # at most one per batch
     monkeypatch.setattr(document_workers, "BATCH_DOCUMENTS", 2)
     assert document_workers.document_workers(Settings(document_workers=4), 3) == 2
+    monkeypatch.setattr(document_workers, "usable_cores", lambda: 1)  # a shard worker pinned to one core
+    assert document_workers.document_workers(Settings(document_workers=4), 3) == 1
 
 
 def test_a_job_that_kills_its_worker_is_lost_alone(pooled: list[int]) -> None:
     jobs = ["a", "b", "kill", "c", "d", "e"]
-    results = per_document(Settings(), pid_handler, jobs)
-    assert isinstance(results[2], Lost) and "killed by SIGKILL" in results[2].reason
+    results = per_document(Settings(), pid_handler, jobs, lost)
+    assert results[2][:2] == ("lost", "kill") and "killed by SIGKILL" in results[2][2]
     assert [result[0] for index, result in enumerate(results) if index != 2] == ["a", "b", "c", "d", "e"]
+
+
+def test_a_job_that_hangs_its_worker_is_lost_alone(pooled: list[int]) -> None:
+    started = time.perf_counter()
+    results = per_document(Settings(convert_timeout_s=3.0), pid_handler, ["a", "hang", "b", "c"], lost)
+    assert results[1][:2] == ("lost", "hang") and "stopped after 3 s" in results[1][2]
+    assert [result[0] for index, result in enumerate(results) if index != 1] == ["a", "b", "c"]
+    assert time.perf_counter() - started < 30  # twice the limit (its batch, then alone), not the minute
 
 
 def test_an_exception_in_a_worker_is_raised_in_the_step(pooled: list[int]) -> None:
     with pytest.raises(ValueError, match="bad job raise in process") as raised:
-        per_document(Settings(), pid_handler, ["a", "b", "raise", "c"])
+        per_document(Settings(), pid_handler, ["a", "b", "raise", "c"], lost)
     assert f"in process {os.getpid()}" not in str(raised.value)
+    assert any("in document worker" in note and 'raise ValueError(f"bad job' in note for note in raised.value.__notes__)
+    with pytest.raises(RuntimeError, match="TwoPartError: two parts"):  # it cannot cross the pipe as itself
+        per_document(Settings(), pid_handler, ["a", "two parts", "b"], lost)
+    with pytest.raises(ConfigError, match="no tokenizer here"):  # building the handler: not every document lost
+        per_document(Settings(), broken_handler, ["a", "b", "c"], lost)
 
 
 def test_a_pooled_ingest_writes_what_an_in_process_ingest_writes(
@@ -132,13 +171,13 @@ def converted_corpus(tmp_path: Path) -> tuple[Settings, Sidecar, list[str], str]
 
 def test_a_document_that_hangs_its_worker_fails_alone(tmp_path: Path, pooled: list[int]) -> None:
     settings, sidecar, shards, slow = converted_corpus(tmp_path)
-    limited = settings.model_copy(update={"convert_timeout_s": 1.0})
+    limited = settings.model_copy(update={"convert_timeout_s": TIMEOUT_S})
     redacted = stores(settings)["redacted"]
 
     started = time.perf_counter()
     report = sync_redacted(limited, shards, sidecar)
     assert list(report.failed) == [slow] and "huge.txt: the redaction did not finish" in report.failed[slow]
-    assert "stopped after 1 s" in report.failed[slow] and time.perf_counter() - started < 30
+    assert f"stopped after {TIMEOUT_S:g} s" in report.failed[slow] and time.perf_counter() - started < 60
     assert len(report.added) == 6 and not report.check_failures
     shard = settings.shard_of(slow)
     assert redacted.exists(shard, slow, "error.json") and not redacted.exists(shard, slow, "md")
@@ -152,7 +191,9 @@ def test_a_document_that_hangs_its_worker_fails_alone(tmp_path: Path, pooled: li
     report = sync_chunks(limited, shards, sidecar)
     assert list(report.failed) == [slow] and "huge.txt: the chunking did not finish" in report.failed[slow]
     assert len(report.added) == 6 and not stores(settings)["chunks"].exists(shard, slow, "jsonl")
-    assert sidecar.documents()[slow]["status"] == "failed"
+    row = sidecar.documents()[slow]
+    assert row["status"] == "failed" and row["stage"] == "chunks"
+    assert row["error"].startswith("the chunking did not finish")
     assert sync_chunks(settings, shards, sidecar).added == [slow]
     assert stores(settings)["chunks"].exists(shard, slow, "jsonl")
 

@@ -18,7 +18,6 @@ from rag_pipeline.ingest.document_workers import per_document
 from rag_pipeline.ingest.redaction_rules import redact_path
 from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
-from rag_pipeline.ingest.worker_pool import Lost
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
@@ -27,13 +26,14 @@ CHECK_BATCH = 256  # chunks tokenized at a time by the size check
 
 @dataclass(frozen=True)
 class ChunkedDocument:
-    """What chunking one document gave: its chunks written, its sidecar row, and the chunks over their size limit
-    (the check `chunk_sizes_within_limit`)."""
+    """What chunking one document gave: its chunks written, its sidecar row, the chunks over their size limit (the
+    check `chunk_sizes_within_limit`), or why it failed."""
 
     sha: str
     chunks: int
     row: dict
     oversized: str | None = None
+    failure: str | None = None
 
 
 def chunking_handler(settings: Settings) -> Callable[[list[tuple[str, str, str, str]]], list[ChunkedDocument]]:
@@ -69,6 +69,16 @@ def chunk_one(settings: Settings, tokenizer: Tokenizer | None, size: int, shard:
                                               "chunk_ms": elapsed_ms}, message)
 
 
+def lost_chunking(settings: Settings, job: tuple[str, str, str, str], reason: str) -> ChunkedDocument:
+    """A document whose chunking worker died or was stopped: failed, without chunks (any its worker wrote are
+    removed), so that the next ingest tries it again."""
+    shard, sha, _, path = job
+    stores(settings)["chunks"].delete_documents(shard, [sha])
+    error = f"the chunking did not finish: {reason}"
+    return ChunkedDocument(sha, 0, {"sha": sha, "status": "failed", "stage": "chunks", "error": error},
+                           failure=f"{path}: {error}")
+
+
 def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
                 *, documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
     """Chunk every new redacted document (of `documents`) into <sha>.jsonl (one Chunk per line), in worker
@@ -81,17 +91,15 @@ def sync_chunks(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
     known = sidecar.documents_by_sha([sha for _, sha in todo])
     jobs = [(shard, sha, source_name(known.get(sha), sha), describe(known.get(sha), sha)) for shard, sha in todo]
     rows = []
-    for (_, sha, _, path), outcome in zip(jobs, per_document(settings, partial(chunking_handler, settings), jobs)):
-        if isinstance(outcome, Lost):
-            error = f"the chunking did not finish: {outcome.reason}"
-            report.failed[sha] = f"{path}: {error}"
-            rows.append({"sha": sha, "status": "failed", "stage": "chunks", "error": error})
+    for outcome in per_document(settings, partial(chunking_handler, settings), jobs, partial(lost_chunking, settings)):
+        rows.append(outcome.row)
+        if outcome.failure is not None:
+            report.failed[outcome.sha] = outcome.failure
             continue
         if outcome.oversized:
             report.check_failures.append(outcome.oversized)
-        report.added.append(sha)
+        report.added.append(outcome.sha)
         report.chunks += outcome.chunks
-        rows.append(outcome.row)
     sidecar.upsert(rows)
     report.seconds = time.perf_counter() - started
     return report

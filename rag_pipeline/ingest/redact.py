@@ -28,7 +28,6 @@ from rag_pipeline.ingest.redaction_rules import redact_value, redact_with
 from rag_pipeline.ingest.secret_check import find_leaks
 from rag_pipeline.ingest.sha_range import ALL_DOCUMENTS, ShaRange
 from rag_pipeline.ingest.stage import StageReport, describe, reconcile, stores
-from rag_pipeline.ingest.worker_pool import Lost
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
@@ -160,6 +159,18 @@ def redact_document(settings: Settings, specs: Mapping[str, FieldSpec], shard: s
                             check_failures=released_secrets(redacted, [(shard, sha)], {sha: path}))
 
 
+def lost_redaction(settings: Settings, job: tuple[str, str, str], reason: str) -> RedactedDocument:
+    """A document whose redaction worker died or was stopped: withheld (<sha>.error.json, whatever part of its
+    output the worker wrote removed first)."""
+    shard, sha, path = job
+    redacted = stores(settings)["redacted"]
+    error = f"the redaction did not finish: {reason}"
+    redacted.delete_documents(shard, [sha])
+    redacted.write_json(shard, sha, "error.json", {"path": path, "error": error})
+    return RedactedDocument(sha, {"sha": sha, "status": "failed", "stage": "redacted", "error": error, "title": None,
+                                  "first_heading": None}, failure=f"{path}: {error}")
+
+
 def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
                   *, documents: ShaRange = ALL_DOCUMENTS) -> StageReport:
     """Redact secrets and PII from every new Markdown document (of `documents`) and its title and fields; counts
@@ -188,12 +199,9 @@ def sync_redacted(settings: Settings, shards: Iterable[str], sidecar: Sidecar,
     rows = []
     field_rows_by_sha: dict[str, list[dict]] = {}
     field_errors: list[dict] = []
-    for (shard, sha, path), outcome in zip(jobs, per_document(settings, partial(redaction_handler, settings), jobs)):
-        if isinstance(outcome, Lost):
-            error = f"the redaction did not finish: {outcome.reason}"
-            redacted.write_json(shard, sha, "error.json", {"path": path, "error": error})
-            outcome = RedactedDocument(sha, {"sha": sha, "status": "failed", "stage": "redacted", "error": error,
-                                             "title": None, "first_heading": None}, failure=f"{path}: {error}")
+    outcomes = per_document(settings, partial(redaction_handler, settings), jobs, partial(lost_redaction, settings))
+    for outcome in outcomes:
+        sha = outcome.sha
         if outcome.row is not None:
             rows.append(outcome.row)
         if outcome.failure is not None:
