@@ -27,10 +27,9 @@ from rag_pipeline.ingest.worker_pool import Lost, WorkerPool, start_forkserver
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
 
-# Imported once by the workers' forkserver; "__main__" so that each worker does not run the main script again
-# (the `rag-pipeline` or `dagster` console script: a guarded import). The forkserver imports docling (~1.4 s of a
-# core; without transformers and torch: see docling_import) once per process, as this process would have; each
-# step's workers build docling's pipelines again (~0.3-0.5 s a step, measured with bench/bench_convert.py).
+# Imported once by the workers' forkserver ("__main__": see worker_pool.start_forkserver). The forkserver imports
+# docling (~1.4 s of a core; without transformers and torch: see docling_import) once per process, as this process
+# would have; each step's workers build docling's pipelines again (~0.3-0.5 s a step, bench/bench_convert.py).
 PRELOAD = ["__main__", "rag_pipeline.ingest.convert", "rag_pipeline.ingest.docling_import"]
 # The artifacts that end a document's conversion: its Markdown, its recorded failure, or Markdown dropped after
 # redaction withheld it.

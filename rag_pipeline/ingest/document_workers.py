@@ -34,8 +34,7 @@ Handler = Callable[[list[Job]], list[Result]]
 # forkserver's imports), about what 300 SciFact abstracts take to redact and chunk on one core.
 MIN_POOLED_DOCUMENTS = 500
 BATCH_DOCUMENTS = 64  # documents per job: a job's pipe round trip is then negligible, the last batch short
-# As conversions' preload. Python 3.11's forkserver does not import `__main__` (it drops the main script's path), so
-# each worker imports the program's main script itself when it starts, as multiprocessing does for spawned ones.
+# As conversions' preload ("__main__": see worker_pool.start_forkserver).
 PRELOAD = ["__main__", "rag_pipeline.ingest.redact", "rag_pipeline.ingest.chunk"]
 
 

@@ -54,7 +54,9 @@ def _serve(connection: Connection, make_handler: Callable[[], Callable[[Any], An
 
 def start_forkserver(preload: Sequence[str]) -> None:
     """Start this process's forkserver now: it imports `preload` in the background, so that the first pool's
-    workers do not wait for those imports (no effect once it runs)."""
+    workers do not wait for those imports (no effect once it runs). A `"__main__"` in `preload` is skipped by
+    Python 3.11's forkserver (it is never given the main script's path): each worker imports the program's main
+    script itself when it starts, as a spawned process does (the `rag-pipeline` console script: a guarded import)."""
     CONTEXT.set_forkserver_preload(list(preload))
     multiprocessing.forkserver.ensure_running()
 
