@@ -146,10 +146,7 @@ def redact_document(settings: Settings, specs: Mapping[str, FieldSpec], shard: s
     fields = stated_fields(converted_json.get("fields"), titles, specs, settings, result.text)
     where = surviving_secrets(result.text, {**titles, **fields.values})
     if where:
-        error = withheld(where)
-        redacted.write_json(shard, sha, "error.json", {"path": path, "error": error})
-        return RedactedDocument(sha, {"sha": sha, "status": "failed", "stage": "redacted", "error": error,
-                                      "title": None, "first_heading": None}, failure=f"{path}: {error}")
+        return withheld_document(redacted, shard, sha, path, withheld(where))
     redacted.write_json(shard, sha, "json", {"counts": result.counts, "fields": fields.to_json()})
     redacted.write_text(shard, sha, "md", result.text)
     row = {"sha": sha, "stage": "redacted", "redactions": sum(result.counts.values()), "redact_ms": elapsed_ms,
@@ -164,8 +161,13 @@ def lost_redaction(settings: Settings, job: tuple[str, str, str], reason: str) -
     output the worker wrote removed first)."""
     shard, sha, path = job
     redacted = stores(settings)["redacted"]
-    error = f"the redaction did not finish: {reason}"
     redacted.delete_documents(shard, [sha])
+    return withheld_document(redacted, shard, sha, path, f"the redaction did not finish: {reason}")
+
+
+def withheld_document(redacted: ArtifactStore, shard: str, sha: str, path: str, error: str) -> RedactedDocument:
+    """A document that gets no redacted output: <sha>.error.json (not retried until its bytes change) and a failed
+    row."""
     redacted.write_json(shard, sha, "error.json", {"path": path, "error": error})
     return RedactedDocument(sha, {"sha": sha, "status": "failed", "stage": "redacted", "error": error, "title": None,
                                   "first_heading": None}, failure=f"{path}: {error}")
