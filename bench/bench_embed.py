@@ -1,6 +1,6 @@
-"""Benchmark the packaged embedding model on each runtime (torch, onnx, onnx-int8) with SciFact abstracts:
-texts/s and word pieces/s per batch size, cosine to the torch vectors (min, mean), and one-query latency
-p50/p95. The ONNX models are exported into --onnx-dir on first use (nothing is downloaded).
+"""Benchmark the packaged embedding model on each runtime (torch, onnx, onnx-int8, openvino-bf16) with SciFact
+abstracts: texts/s and word pieces/s per batch size (int8 and bf16 keep their own), cosine to the torch vectors
+(min, mean), and one-query latency p50/p95. The ONNX models are exported into --onnx-dir on first use (nothing is downloaded).
 
 Usage: HF_HUB_OFFLINE=1 python bench/bench_embed.py [--n 512] [--batch-sizes 16,32,64] [--runtimes torch,onnx-int8]
                                                     [--json PATH]
@@ -38,7 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=512, help="number of abstracts")
     parser.add_argument("--batch-sizes", default="16,32,64")
-    parser.add_argument("--runtimes", default="torch,onnx,onnx-int8")
+    parser.add_argument("--runtimes", default="torch,onnx,onnx-int8,openvino-bf16")
     parser.add_argument("--onnx-dir", type=Path, default=Path(tempfile.gettempdir()) / "rag_bench_onnx")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()

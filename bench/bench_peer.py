@@ -33,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from rag_pipeline.components import load_settings, open_retriever  # noqa: E402
 from rag_pipeline.defs.ingest_runner import ingest  # noqa: E402
 from rag_pipeline.embed.model_files import model_dir, model_tokenizer  # noqa: E402
+from rag_pipeline.embed.openvino_embedder import DOCUMENT_BATCH, WIDTH_STEP  # noqa: E402
 from rag_pipeline.evaluate.beir import BEIR_MODES, evaluate_modes, load_beir, write_corpus  # noqa: E402
 from rag_pipeline.ingest.chunk import document_name  # noqa: E402
 from rag_pipeline.ingest.chunkers import Chunk, context_line, contextual_text  # noqa: E402
@@ -54,8 +55,9 @@ def load() -> str:
 
 def piece_shares(settings: Settings) -> dict[str, Any]:
     """Where the embedded word pieces of the index's chunks go: special tokens, context line, overlap (chunk text
-    beyond the document's own pieces) and the document text; padding is 0 with onnx-int8 (one text per pass)
-    and counted for batches of embedding_batch_size texts sorted by length otherwise."""
+    beyond the document's own pieces) and the document text; padding is 0 with onnx-int8 (one text per pass),
+    counted for passes of DOCUMENT_BATCH texts sorted by length with widths rounded up to WIDTH_STEP with
+    openvino-bf16, and for batches of embedding_batch_size texts sorted by length otherwise."""
     tokenizer = model_tokenizer(model_dir(settings.embedding_model_path))
     chunk_store, redacted = stores(settings)["chunks"], stores(settings)["redacted"]
     shards = sorted(path.name for path in chunk_store.dir.iterdir() if path.is_dir())
@@ -78,10 +80,12 @@ def piece_shares(settings: Settings) -> dict[str, Any]:
             own = len(tokenizer.encode(redacted.read_text(shard, sha, "md"), add_special_tokens=False).ids)
             totals["overlap"] += max(texts - own, 0)
     if settings.embedding_runtime != "onnx-int8":
+        bf16 = settings.embedding_runtime == "openvino-bf16"
+        size, step = (DOCUMENT_BATCH, WIDTH_STEP) if bf16 else (settings.embedding_batch_size, 1)
         ordered = sorted(lengths)
-        for start in range(0, len(ordered), settings.embedding_batch_size):
-            batch = ordered[start:start + settings.embedding_batch_size]
-            totals["padding"] += max(batch) * len(batch) - sum(batch)
+        for start in range(0, len(ordered), size):
+            batch = ordered[start:start + size]
+            totals["padding"] += -(-max(batch) // step) * step * len(batch) - sum(batch)
     processed = totals["embedded"] + totals["padding"]
     document = totals["embedded"] - totals["special"] - totals["context_line"] - totals["overlap"]
     return {"processed": processed, "chunks": len(lengths),

@@ -14,6 +14,7 @@ from rag_pipeline.embed.batcher import QueryBatcher
 from rag_pipeline.embed.embedder import Embedder, EmbedderUnavailable
 from rag_pipeline.embed.model_files import declared_dimension
 from rag_pipeline.embed.onnx_embedder import OnnxEmbedder
+from rag_pipeline.embed.openvino_embedder import OpenVinoEmbedder
 from rag_pipeline.embed.torch_embedder import SentenceTransformerEmbedder
 from rag_pipeline.errors import ConfigError
 from rag_pipeline.fields.registry import declared_fields
@@ -37,7 +38,7 @@ HYDE_MAX_TOKENS = 256  # a passage, not an essay
 
 
 Backend = Literal["sentence_transformers", "ollama", "openai"]
-Runtime = Literal["onnx-int8", "onnx", "torch"]
+Runtime = Literal["onnx-int8", "openvino-bf16", "onnx", "torch"]
 
 
 def build_embedder(
@@ -70,6 +71,8 @@ def build_embedder(
     if runtime != "torch":
         if not onnx_cache_dir:
             raise EmbedderUnavailable(f"the {runtime} runtime needs a directory for the exported model")
+        if runtime == "openvino-bf16":
+            return OpenVinoEmbedder(model_path, Path(onnx_cache_dir))
         return OnnxEmbedder(model_path, Path(onnx_cache_dir), runtime, batch_size=batch_size)
     return SentenceTransformerEmbedder(model_path, batch_size=batch_size)
 

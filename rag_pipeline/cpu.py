@@ -1,5 +1,6 @@
-"""The CPU cores this process may use: its affinity mask, capped by a cgroup CPU quota (a container's `--cpus`, a
-Kubernetes CPU limit), so that thread pools and worker counts fit the container rather than the host's cores."""
+"""The CPU this process runs on: the cores it may use (its affinity mask, capped by a cgroup CPU quota: a container's
+`--cpus`, a Kubernetes CPU limit, so that thread pools and worker counts fit the container rather than the host's
+cores) and the instruction sets it has."""
 
 from __future__ import annotations
 
@@ -30,3 +31,16 @@ def usable_cores(root: Path = CGROUP) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     quota = cgroup_cpu_quota(root)
     return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The instruction-set flags the kernel reports for this machine's CPU (Linux; empty elsewhere). The kernel
+    lists a feature only when it supports it too (AMX needs Linux 5.16)."""
+    try:
+        with cpuinfo.open() as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()

@@ -285,6 +285,47 @@ def test_document_sessions_per_core_give_the_same_vectors_in_order(export_dir: P
     assert (many._document_sessions, many._document_session_threads) == (onnx_embedder.MAX_DOCUMENT_SESSIONS, 4)
 
 
+def test_openvino_bf16_gives_the_fp32_vectors_under_their_id(embedder: SentenceTransformerEmbedder, export_dir: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 inference of the fp32 graph keeps the model's vectors (so it shares their id, cache and index); a
+    document's vector is the same in any batch, alone as a query, and on one stream or several."""
+    from rag_pipeline.embed import openvino_embedder
+
+    bf16 = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir))
+    assert isinstance(bf16, openvino_embedder.OpenVinoEmbedder) and bf16.dimension == 384
+    assert bf16.model_id == DEFAULT_MODEL_ID == embedder.model_id
+    reference = embedder.embed_documents(TEXTS)  # includes a text longer than the 256-piece window: truncated alike
+    vectors = bf16.embed_documents(TEXTS)  # several passes, on every stream
+    assert_normalised(vectors)
+    cosines = (vectors * reference).sum(axis=1)
+    assert cosines.min() >= 0.999 and cosines.mean() >= 0.9999
+    np.testing.assert_allclose(bf16.embed_queries(TEXTS[:3]), vectors[:3], atol=1e-5)
+    np.testing.assert_allclose(bf16.embed_documents(TEXTS[5:9]), vectors[5:9], atol=1e-5)  # one pass, other widths
+    assert bf16.embed_documents([]).shape == (0, 384) and bf16.embed_queries([]).shape == (0, 384)
+    monkeypatch.setattr(openvino_embedder, "usable_cores", lambda: 1)
+    alone = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir))
+    assert alone._model.get_property("NUM_STREAMS") == 1
+    np.testing.assert_allclose(alone.embed_documents(TEXTS), vectors, atol=1e-5)
+    query = bf16.embed_query("How do I reset my password?")
+    paraphrase, unrelated = bf16.embed_documents(["Steps to recover account login credentials",
+                                                  "The duck is a waterbird"])
+    assert query @ paraphrase > query @ unrelated + 0.2
+
+
+def test_the_default_runtime_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: bf16 where the CPU has AMX, int8 elsewhere (without AMX bf16 runs at fp32 speed)."""
+    from rag_pipeline import settings as settings_module
+
+    monkeypatch.delenv("RAG_EMBEDDING_RUNTIME", raising=False)
+    monkeypatch.setattr(settings_module, "cpu_flags", lambda: frozenset({"avx512f", "amx_bf16", "amx_tile"}))
+    assert Settings().embedding_runtime == "openvino-bf16"
+    assert Settings().embedding_model_id == DEFAULT_MODEL_ID
+    monkeypatch.setattr(settings_module, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_vnni"}))
+    assert Settings().embedding_runtime == "onnx-int8"
+    assert Settings().embedding_model_id == DEFAULT_MODEL_ID + "#onnx-int8"
+    assert Settings(embedding_runtime="openvino-bf16").embedding_runtime == "openvino-bf16"  # set: kept
+
+
 def test_onnx_export_is_cached_and_never_downloads(export_dir: Path) -> None:
     first = exported_model(model_dir(), export_dir, "onnx-int8")
     stamp = first.stat().st_mtime_ns

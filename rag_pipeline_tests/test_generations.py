@@ -12,6 +12,7 @@ import pytest
 
 from rag_pipeline import components
 from rag_pipeline.components import load_settings, open_retriever
+from rag_pipeline.cpu import cpu_flags
 from rag_pipeline.defs.assets import INGEST_ASSETS
 from rag_pipeline.defs.ingest_runner import ingest
 from rag_pipeline.defs.partitions import shard_run_tags
@@ -196,7 +197,8 @@ def test_a_data_dir_keeps_its_runtime_and_chunker_until_they_are_set(tmp_path: P
         settings = load_settings(data_dir=data_dir)
         return settings.chunker, settings.chunk_size, settings.chunk_overlap, settings.embedding_runtime
 
-    assert resolved() == ("tokens", 254, 48, "onnx-int8")  # a new deployment gets the measured defaults
+    auto = "openvino-bf16" if "amx_bf16" in cpu_flags() else "onnx-int8"
+    assert resolved() == ("tokens", 254, 48, auto)  # a new deployment gets the measured defaults
     monkeypatch.setenv("RAG_EMBEDDING_RUNTIME", "torch")
     monkeypatch.setenv("RAG_CHUNKER", "recursive")
     old = ingest([root], data_dir)["generation"]["target"]

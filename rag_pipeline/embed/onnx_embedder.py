@@ -13,7 +13,7 @@ import numpy as np
 
 from rag_pipeline.cpu import usable_cores
 from rag_pipeline.embed.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, normalise
-from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_tokenizer
+from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_inputs, model_tokenizer
 from rag_pipeline.embed.onnx_export import OnnxRuntimeKind, exported_model
 
 if TYPE_CHECKING:
@@ -78,15 +78,7 @@ class OnnxEmbedder(Embedder):
 
     def _run(self, texts: Sequence[str], session: InferenceSession) -> np.ndarray:
         """One forward pass over texts of similar length."""
-        encodings = self._tokenizer.encode_batch(list(texts))
-        width = min(max(len(encoding.ids) for encoding in encodings), self._window)
-        ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            pieces = encoding.ids if len(encoding.ids) <= width else [*encoding.ids[:width - 1], encoding.ids[-1]]
-            ids[row, :len(pieces)] = pieces
-            mask[row, :len(pieces)] = 1
-        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        feed = model_inputs(self._tokenizer.encode_batch(list(texts)), self._window)
         return session.run(None, {name: value for name, value in feed.items() if name in self._inputs})[0]
 
     def _pool(self) -> ThreadPoolExecutor:
