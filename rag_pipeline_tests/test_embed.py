@@ -287,25 +287,30 @@ def test_document_sessions_per_core_give_the_same_vectors_in_order(export_dir: P
 
 def test_openvino_bf16_gives_the_fp32_vectors_under_their_id(embedder: SentenceTransformerEmbedder, export_dir: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """bf16 inference of the fp32 graph keeps the model's vectors (so it shares their id, cache and index); a
-    document's vector is the same in any batch, alone as a query, and on one stream or several."""
+    """bf16 inference of the fp32 graph keeps the model's document vectors (so it shares their id, cache and index);
+    a document's vector is the same in any batch and on one stream or several. Queries are the int8 model's."""
     from rag_pipeline.embed import openvino_embedder
 
     bf16 = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir))
     assert isinstance(bf16, openvino_embedder.OpenVinoEmbedder) and bf16.dimension == 384
     assert bf16.model_id == DEFAULT_MODEL_ID == embedder.model_id
+    assert bf16._model is None  # compiled on the first documents: a process that only answers queries never holds it
     reference = embedder.embed_documents(TEXTS)  # includes a text longer than the 256-piece window: truncated alike
     vectors = bf16.embed_documents(TEXTS)  # several passes, on every stream
     assert_normalised(vectors)
     cosines = (vectors * reference).sum(axis=1)
     assert cosines.min() >= 0.999 and cosines.mean() >= 0.9999
-    np.testing.assert_allclose(bf16.embed_queries(TEXTS[:3]), vectors[:3], atol=1e-5)
     np.testing.assert_allclose(bf16.embed_documents(TEXTS[5:9]), vectors[5:9], atol=1e-5)  # one pass, other widths
     assert bf16.embed_documents([]).shape == (0, 384) and bf16.embed_queries([]).shape == (0, 384)
+    assert bf16._compiled_model().get_property("NUM_STREAMS") == openvino_embedder.usable_cores()
+    int8 = build_embedder(runtime="onnx-int8", onnx_cache_dir=str(export_dir))
+    queries = bf16.embed_queries(TEXTS[:3])
+    np.testing.assert_allclose(queries, int8.embed_queries(TEXTS[:3]), atol=1e-6)
+    assert ((queries * vectors[:3]).sum(axis=1) >= 0.98).all()
     monkeypatch.setattr(openvino_embedder, "usable_cores", lambda: 1)
     alone = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir))
-    assert alone._model.get_property("NUM_STREAMS") == 1
     np.testing.assert_allclose(alone.embed_documents(TEXTS), vectors, atol=1e-5)
+    assert alone._compiled_model().get_property("NUM_STREAMS") == 1
     query = bf16.embed_query("How do I reset my password?")
     paraphrase, unrelated = bf16.embed_documents(["Steps to recover account login credentials",
                                                   "The duck is a waterbird"])
