@@ -1,5 +1,5 @@
-"""The packaged sentence-transformers model on OpenVINO in bfloat16 for documents: on CPUs with AMX, 1.4x the texts/s
-of the int8 model, with the fp32 model's vectors (cosine 0.9999 to PyTorch's); queries on the int8 model."""
+"""The packaged sentence-transformers model on OpenVINO in bfloat16 for documents: on CPUs with AMX, 1.3-1.4x the
+texts/s of the int8 model, with the fp32 model's vectors (cosine 0.9999 to PyTorch's); queries on the int8 model."""
 
 from __future__ import annotations
 
