@@ -1,6 +1,7 @@
 """Benchmark the packaged embedding model on each runtime (torch, onnx, onnx-int8, openvino-bf16) with SciFact
 abstracts: texts/s and word pieces/s per batch size (int8 and bf16 keep their own), cosine to the torch vectors
-(min, mean), and one-query latency p50/p95. The ONNX models are exported into --onnx-dir on first use (nothing is downloaded).
+(min, mean), and one-query latency p50/p95 (openvino-bf16 embeds queries with the int8 model). The ONNX models are
+exported into --onnx-dir on first use (nothing is downloaded).
 
 Usage: HF_HUB_OFFLINE=1 python bench/bench_embed.py [--n 512] [--batch-sizes 16,32,64] [--runtimes torch,onnx-int8]
                                                     [--json PATH]
