@@ -34,7 +34,7 @@ def model_tokenizer(directory: Path) -> Tokenizer:
 def model_inputs(encodings: Sequence[Encoding], window: int, width_step: int = 1) -> dict[str, np.ndarray]:
     """A BERT-style model's inputs for one pass over tokenized texts: word pieces cut to `window` (keeping the
     closing special token), padded to the longest text rounded up to a multiple of width_step, with the mask."""
-    longest = min(max(len(encoding.ids) for encoding in encodings), window)
+    longest = max(len(encoding.ids) for encoding in encodings)
     width = min(-(-longest // width_step) * width_step, window)
     ids = np.zeros((len(encodings), width), dtype=np.int64)
     mask = np.zeros((len(encodings), width), dtype=np.int64)

@@ -42,22 +42,20 @@ class OpenVinoEmbedder(Embedder):
     """
 
     def __init__(self, model_path: str | None, cache_dir: Path) -> None:
+        # First: it refuses a missing model directory, and its export leaves the fp32 graph this runtime compiles.
+        self._queries = OnnxEmbedder(model_path, cache_dir, "onnx-int8")
+        self.dimension = self._queries.dimension
         directory = model_dir(model_path)
-        if not directory.is_dir():
-            raise EmbedderUnavailable(f"no sentence-transformers model directory at {directory}")
         try:
-            onnx_file = exported_model(directory, cache_dir, "onnx")
+            self._onnx_file = exported_model(directory, cache_dir, "onnx")
         except Exception as error:  # any failure of the export means the same
             raise EmbedderUnavailable(f"cannot build the ONNX model of {directory}: {error}") from error
         # bf16 vectors are the fp32 model's within cosine 0.9999, so they share its id (cache, artifacts, index)
         self.model_id = str(directory.resolve()) if model_path else DEFAULT_MODEL_ID
         self._window = max_seq_length(directory)
         self._tokenizer = model_tokenizer(directory)
-        self._onnx_file = onnx_file
         self._model: CompiledModel | None = None
         self._model_lock = threading.Lock()
-        self._queries = OnnxEmbedder(model_path, cache_dir, "onnx-int8")
-        self.dimension = self._queries.dimension
 
     def _compiled_model(self) -> CompiledModel:
         """The documents' model: bfloat16 inference, one single-threaded stream per usable core."""
@@ -68,8 +66,6 @@ class OpenVinoEmbedder(Embedder):
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """In passes of DOCUMENT_BATCH texts of similar length, one per stream at a time."""
-        from openvino import AsyncInferQueue
-
         vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return vectors
@@ -77,6 +73,8 @@ class OpenVinoEmbedder(Embedder):
         order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
         batches = [order[start:start + DOCUMENT_BATCH] for start in range(0, len(texts), DOCUMENT_BATCH)]
         model = self._compiled_model()
+        from openvino import AsyncInferQueue  # deferred as in _compiled, which has imported it by now
+
         inputs = {name for port in model.inputs for name in port.get_names()}
         queue = AsyncInferQueue(model, min(model.get_property("NUM_STREAMS"), len(batches)))
 
