@@ -297,6 +297,7 @@ def test_openvino_bf16_gives_the_fp32_vectors_under_their_id(embedder: SentenceT
     assert bf16._model is None  # compiled on the first documents: a process that only answers queries never holds it
     reference = embedder.embed_documents(TEXTS)  # includes a text longer than the 256-piece window: truncated alike
     vectors = bf16.embed_documents(TEXTS)  # several passes, on every stream
+    assert bf16._query_model is None  # the int8 query model is loaded on the first query: an ingest never needs it
     assert_normalised(vectors)
     cosines = (vectors * reference).sum(axis=1)
     assert cosines.min() >= 0.999 and cosines.mean() >= 0.9999
@@ -315,6 +316,31 @@ def test_openvino_bf16_gives_the_fp32_vectors_under_their_id(embedder: SentenceT
     paraphrase, unrelated = bf16.embed_documents(["Steps to recover account login credentials",
                                                   "The duck is a waterbird"])
     assert query @ paraphrase > query @ unrelated + 0.2
+
+
+def test_openvino_keeps_its_compiled_model_beside_the_export(export_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first compile writes OpenVINO's blob into a folder per OpenVINO version and CPU; a later process reads it
+    and gets the same vectors. Another CPU gets its own folder; an unwritable folder means compiling every time."""
+    from rag_pipeline.embed import openvino_embedder
+
+    first = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir))
+    vectors = first.embed_documents(TEXTS[:8])
+    folders = list(export_dir.rglob("openvino-*"))
+    assert len(folders) == 1 and len(list(folders[0].glob("*.blob"))) == 1
+    assert folders[0].parent == first._onnx_file.parent
+    blob = next(folders[0].glob("*.blob"))
+    stamp = blob.stat().st_mtime_ns
+    again = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir)).embed_documents(TEXTS[:8])
+    np.testing.assert_array_equal(again, vectors)
+    assert blob.stat().st_mtime_ns == stamp and len(list(folders[0].glob("*.blob"))) == 1  # read, not written
+    monkeypatch.setattr(openvino_embedder, "cpu_flags", lambda: frozenset({"avx2"}))
+    other_cpu = openvino_embedder.compiled_model_cache(first._onnx_file, "2026.4.1-1-abc/def")
+    assert other_cpu is not None and other_cpu != folders[0] and other_cpu.name.startswith("openvino-2026.4.1-")
+    monkeypatch.setattr(openvino_embedder.os, "access", lambda path, mode: False)
+    assert openvino_embedder.compiled_model_cache(first._onnx_file, "2026.4.1") is None
+    np.testing.assert_allclose(
+        build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir)).embed_documents(TEXTS[:8]), vectors,
+        atol=1e-6)
 
 
 def test_the_default_runtime_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,18 +3,23 @@ texts/s of the int8 model, with the fp32 model's vectors (cosine 0.9999 to PyTor
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
+from collections import deque
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rag_pipeline.cpu import usable_cores
+from rag_pipeline.cpu import cpu_flags, usable_cores
 from rag_pipeline.embed.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, normalise
-from rag_pipeline.embed.model_files import max_seq_length, model_dir, model_inputs, model_tokenizer
+from rag_pipeline.embed.model_files import declared_dimension, max_seq_length, model_dir, model_inputs, model_tokenizer
 from rag_pipeline.embed.onnx_embedder import OnnxEmbedder
 from rag_pipeline.embed.onnx_export import exported_model
+from rag_pipeline.file_lock import locked
 
 if TYPE_CHECKING:
     from openvino import CompiledModel, InferRequest
@@ -36,36 +41,49 @@ class OpenVinoEmbedder(Embedder):
 
     Documents are tokenized once, sorted by length and run DOCUMENT_BATCH to a pass, as many passes at once as the
     model has streams (one single-threaded stream per usable core; compiled on the first documents, so a process
-    that only answers queries never holds it). Queries run on the int8 model's query session (see above). Where
+    that only answers queries never holds it). Queries run on the int8 model (see above), loaded on the first
+    query, so an ingest never holds it. Where
     the CPU has no bfloat16 instructions OpenVINO computes in fp32: the same vectors, more slowly
     (RAG_EMBEDDING_RUNTIME=auto picks this runtime only on CPUs with AMX).
     """
 
     def __init__(self, model_path: str | None, cache_dir: Path) -> None:
-        # First: it refuses a missing model directory, and its export leaves the fp32 graph this runtime compiles.
-        self._queries = OnnxEmbedder(model_path, cache_dir, "onnx-int8")
-        self.dimension = self._queries.dimension
         directory = model_dir(model_path)
-        try:
+        if not directory.is_dir():
+            raise EmbedderUnavailable(f"no sentence-transformers model directory at {directory}")
+        try:  # the int8 export also leaves the fp32 graph this runtime compiles
+            exported_model(directory, cache_dir, "onnx-int8")
             self._onnx_file = exported_model(directory, cache_dir, "onnx")
         except Exception as error:  # any failure of the export means the same
             raise EmbedderUnavailable(f"cannot build the ONNX model of {directory}: {error}") from error
+        self._model_path, self._cache_dir = model_path, cache_dir
         # bf16 vectors are the fp32 model's within cosine 0.9999, so they share its id (cache, artifacts, index)
         self.model_id = str(directory.resolve()) if model_path else DEFAULT_MODEL_ID
         self._window = max_seq_length(directory)
         self._tokenizer = model_tokenizer(directory)
         self._model: CompiledModel | None = None
-        self._model_lock = threading.Lock()
+        self._query_model: OnnxEmbedder | None = None
+        self._lock = threading.Lock()
+        # every exported model has this pooling dimension (onnx_export refuses modules that change it)
+        self.dimension = declared_dimension(model_path) or self._queries().dimension
 
     def _compiled_model(self) -> CompiledModel:
         """The documents' model: bfloat16 inference, one single-threaded stream per usable core."""
-        with self._model_lock:
+        with self._lock:
             if self._model is None:
                 self._model = _compiled(self._onnx_file, usable_cores())
             return self._model
 
+    def _queries(self) -> OnnxEmbedder:
+        """The int8 model queries run on, made on the first query (~0.2 s): an ingest never needs it."""
+        with self._lock:
+            if self._query_model is None:
+                self._query_model = OnnxEmbedder(self._model_path, self._cache_dir, "onnx-int8")
+            return self._query_model
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """In passes of DOCUMENT_BATCH texts of similar length, one per stream at a time."""
+        """In passes of DOCUMENT_BATCH texts of similar length, one per stream at a time. Passes are started and
+        collected by this thread (no Python callback runs on OpenVINO's threads, which would need the GIL)."""
         vectors = np.empty((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return vectors
@@ -73,38 +91,66 @@ class OpenVinoEmbedder(Embedder):
         order = np.argsort([len(encoding.ids) for encoding in encodings], kind="stable")
         batches = [order[start:start + DOCUMENT_BATCH] for start in range(0, len(texts), DOCUMENT_BATCH)]
         model = self._compiled_model()
-        from openvino import AsyncInferQueue  # deferred as in _compiled, which has imported it by now
-
         inputs = {name for port in model.inputs for name in port.get_names()}
-        queue = AsyncInferQueue(model, min(model.get_property("NUM_STREAMS"), len(batches)))
+        idle = deque(model.create_infer_request() for _ in range(min(model.get_property("NUM_STREAMS"), len(batches))))
+        running: deque[tuple[InferRequest, np.ndarray]] = deque()
 
-        def done(request: InferRequest, rows: np.ndarray) -> None:
+        def collect() -> None:
+            request, rows = running.popleft()
+            request.wait()
             vectors[rows] = request.get_output_tensor(0).data
+            idle.append(request)
 
-        queue.set_callback(done)
         for rows in batches:
+            if not idle:
+                collect()  # passes of similar length finish in about the order they started
+            request = idle.popleft()
             feed = model_inputs([encodings[row] for row in rows], self._window, WIDTH_STEP)
-            queue.start_async({name: value for name, value in feed.items() if name in inputs}, rows)
-        queue.wait_all()
+            request.start_async({name: value for name, value in feed.items() if name in inputs})
+            running.append((request, rows))
+        while running:
+            collect()
         return normalise(vectors)
 
     def embed_query(self, text: str) -> np.ndarray:
-        return self._queries.embed_query(text)
+        return self._queries().embed_query(text)
 
     def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self._queries.embed_queries(texts)
+        return self._queries().embed_queries(texts)
 
 
 def _compiled(onnx_file: Path, streams: int) -> CompiledModel:
     """The ONNX graph compiled for the CPU: bfloat16 inference, `streams` single-threaded streams, threads not
-    pinned to cores (a process pinned with taskset, or sharing the machine, keeps its own placement)."""
+    pinned to cores (a process pinned with taskset, or sharing the machine, keeps its own placement). Through
+    OpenVINO's model cache (see compiled_model_cache) when its folder is writable."""
     try:
         import openvino
     except ImportError as error:
         raise EmbedderUnavailable("the openvino-bf16 runtime needs the openvino package") from error
+    config = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": streams,
+              "INFERENCE_NUM_THREADS": streams, "ENABLE_CPU_PINNING": False}
+    cache = compiled_model_cache(onnx_file, openvino.__version__)
+    if cache is not None:
+        # The first process to compile writes the blob while the others wait; later ones only read it.
+        with nullcontext() if any(cache.glob("*.blob")) else locked(cache / ".lock"):
+            try:
+                return openvino.Core().compile_model(str(onnx_file), "CPU", {**config, "CACHE_DIR": str(cache)})
+            except RuntimeError:
+                pass  # compiled again below without the cache, which names the error if it persists
     try:
-        return openvino.Core().compile_model(str(onnx_file), "CPU", {
-            "INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": streams,
-            "INFERENCE_NUM_THREADS": streams, "ENABLE_CPU_PINNING": False})
+        return openvino.Core().compile_model(str(onnx_file), "CPU", config)
     except RuntimeError as error:
         raise EmbedderUnavailable(f"OpenVINO cannot compile {onnx_file}: {error}") from error
+
+
+def compiled_model_cache(onnx_file: Path, openvino_version: str) -> Path | None:
+    """The folder of OpenVINO's compiled-model cache for `onnx_file`: beside the export, one per OpenVINO version and
+    CPU (a compiled graph is made for the instructions it found). Reading the ~90 MB blob takes ~0.13 s of a core
+    where compiling takes ~0.4 s (more when several workers start at once). None when it cannot be written."""
+    build = hashlib.sha256(" ".join([openvino_version, *sorted(cpu_flags())]).encode()).hexdigest()[:12]
+    folder = onnx_file.parent / f"openvino-{openvino_version.split('-')[0]}-{build}"  # the version: 2026.4.1-2298-...
+    try:
+        folder.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK) else None
