@@ -119,6 +119,10 @@ class OpenVinoEmbedder(Embedder):
         return self._queries().embed_queries(texts)
 
 
+# How the documents' model is compiled, besides its streams (which OpenVINO sets when it reads a cached model).
+COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "THROUGHPUT", "ENABLE_CPU_PINNING": False}
+
+
 def _compiled(onnx_file: Path, streams: int) -> CompiledModel:
     """The ONNX graph compiled for the CPU: bfloat16 inference, `streams` single-threaded streams, threads not
     pinned to cores (a process pinned with taskset, or sharing the machine, keeps its own placement). Through
@@ -127,8 +131,7 @@ def _compiled(onnx_file: Path, streams: int) -> CompiledModel:
         import openvino
     except ImportError as error:
         raise EmbedderUnavailable("the openvino-bf16 runtime needs the openvino package") from error
-    config = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "THROUGHPUT", "NUM_STREAMS": streams,
-              "INFERENCE_NUM_THREADS": streams, "ENABLE_CPU_PINNING": False}
+    config = {**COMPILE_CONFIG, "NUM_STREAMS": streams, "INFERENCE_NUM_THREADS": streams}
     cache = compiled_model_cache(onnx_file, openvino.__version__)
     if cache is not None:
         # The first process to compile writes the blob while the others wait; later ones only read it.
@@ -144,10 +147,12 @@ def _compiled(onnx_file: Path, streams: int) -> CompiledModel:
 
 
 def compiled_model_cache(onnx_file: Path, openvino_version: str) -> Path | None:
-    """The folder of OpenVINO's compiled-model cache for `onnx_file`: beside the export, one per OpenVINO version and
-    CPU (a compiled graph is made for the instructions it found). Reading the ~90 MB blob takes ~0.13 s of a core
-    where compiling takes ~0.4 s (more when several workers start at once). None when it cannot be written."""
-    build = hashlib.sha256(" ".join([openvino_version, *sorted(cpu_flags())]).encode()).hexdigest()[:12]
+    """The folder of OpenVINO's compiled-model cache for `onnx_file`: beside the export, one per OpenVINO version,
+    CPU (a compiled graph is made for the instructions it found) and COMPILE_CONFIG. Reading the ~90 MB blob takes
+    ~0.13 s of a core where compiling takes ~0.4 s (more when several workers start at once). None when it cannot
+    be written."""
+    build = hashlib.sha256(" ".join([openvino_version, repr(sorted(COMPILE_CONFIG.items())), *sorted(cpu_flags())])
+                           .encode()).hexdigest()[:12]
     folder = onnx_file.parent / f"openvino-{openvino_version.split('-')[0]}-{build}"  # the version: 2026.4.1-2298-...
     try:
         folder.mkdir(exist_ok=True)
