@@ -146,7 +146,9 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None, ba
     settings, target = query_settings(settings)
     index = generations(settings)
     try:
-        query_embedder: Embedder | None = embedder(settings)
+        loaded = embedder(settings)
+        loaded.prepare_queries()  # the first search does not wait for it
+        query_embedder: Embedder | None = loaded
     except EmbedderUnavailable:
         query_embedder = None  # searches fall back to BM25 and warn
     if batch_queries and query_embedder is not None and settings.query_batch_window_ms > 0:

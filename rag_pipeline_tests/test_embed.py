@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import socket
+import threading
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -22,6 +23,7 @@ from rag_pipeline.embed.model_files import model_dir
 from rag_pipeline.embed.onnx_embedder import OnnxEmbedder
 from rag_pipeline.embed.onnx_export import exported_model
 from rag_pipeline.embed.torch_embedder import SentenceTransformerEmbedder
+from rag_pipeline.file_lock import locked
 from rag_pipeline.llm.ollama import OllamaEmbedder
 from rag_pipeline.settings import Settings
 from rag_pipeline_tests.conftest import DATASETS
@@ -298,6 +300,8 @@ def test_openvino_bf16_gives_the_fp32_vectors_under_their_id(embedder: SentenceT
     reference = embedder.embed_documents(TEXTS)  # includes a text longer than the 256-piece window: truncated alike
     vectors = bf16.embed_documents(TEXTS)  # several passes, on every stream
     assert bf16._query_model is None  # the int8 query model is loaded on the first query: an ingest never needs it
+    bf16.prepare_queries()  # or when a retriever starts
+    assert bf16._query_model is not None
     assert_normalised(vectors)
     cosines = (vectors * reference).sum(axis=1)
     assert cosines.min() >= 0.999 and cosines.mean() >= 0.9999
@@ -319,20 +323,39 @@ def test_openvino_bf16_gives_the_fp32_vectors_under_their_id(embedder: SentenceT
 
 
 def test_openvino_keeps_its_compiled_model_beside_the_export(export_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first compile writes OpenVINO's blob into a folder per OpenVINO version and CPU; a later process reads it
-    and gets the same vectors. Another CPU gets its own folder; an unwritable folder means compiling every time."""
+    """The first compile writes OpenVINO's blob into a folder per OpenVINO version, settings and CPU, beside the
+    export, while other processes wait; later ones read it and get the same vectors. A damaged blob is compiled
+    again; another CPU gets its own folder; an unwritable folder means compiling every time."""
     from rag_pipeline.embed import openvino_embedder
 
     first = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir))
     vectors = first.embed_documents(TEXTS[:8])
     folders = list(export_dir.rglob("openvino-*"))
-    assert len(folders) == 1 and len(list(folders[0].glob("*.blob"))) == 1
-    assert folders[0].parent == first._onnx_file.parent
-    blob = next(folders[0].glob("*.blob"))
+    assert len(folders) == 1 and folders[0].parent == first._onnx_file.parent
+    (blob,) = folders[0].glob("*.blob")
     stamp = blob.stat().st_mtime_ns
     again = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir)).embed_documents(TEXTS[:8])
     np.testing.assert_array_equal(again, vectors)
     assert blob.stat().st_mtime_ns == stamp and len(list(folders[0].glob("*.blob"))) == 1  # read, not written
+
+    blob.unlink()  # no blob: the first process compiles under the folder's lock; here another one holds it
+    results: list[np.ndarray] = []
+    waiting = threading.Thread(target=lambda: results.append(
+        build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir)).embed_documents(TEXTS[:8])))
+    with locked(folders[0] / ".lock"):
+        waiting.start()
+        waiting.join(timeout=1.0)
+        assert waiting.is_alive() and not list(folders[0].glob("*.blob"))
+    waiting.join()
+    np.testing.assert_array_equal(results[0], vectors)
+    assert blob.is_file() and not list(folders[0].glob(".compiling-*"))  # renamed in from its staging folder
+
+    os.chmod(blob, 0o600)
+    blob.write_bytes(b"not a compiled model")  # damaged: OpenVINO compiles again and rewrites it
+    damaged = build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir)).embed_documents(TEXTS[:8])
+    np.testing.assert_array_equal(damaged, vectors)
+    assert blob.stat().st_size > 1_000_000
+
     monkeypatch.setattr(openvino_embedder, "cpu_flags", lambda: frozenset({"avx2"}))
     other_cpu = openvino_embedder.compiled_model_cache(first._onnx_file, "2026.4.1-1-abc/def")
     assert other_cpu is not None and other_cpu != folders[0] and other_cpu.name.startswith("openvino-2026.4.1-")
@@ -341,6 +364,7 @@ def test_openvino_keeps_its_compiled_model_beside_the_export(export_dir: Path, m
     np.testing.assert_allclose(
         build_embedder(runtime="openvino-bf16", onnx_cache_dir=str(export_dir)).embed_documents(TEXTS[:8]), vectors,
         atol=1e-6)
+    assert not list(export_dir.rglob("openvino-*/*.blob"))[1:]  # compiled without the cache: no other blob
 
 
 def test_the_default_runtime_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

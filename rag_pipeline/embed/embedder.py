@@ -44,6 +44,10 @@ class Embedder(ABC):
         """float32 array of shape (len(texts), dimension): embed_query of each text."""
         return np.stack([self.embed_query(text) for text in texts]) if texts else np.empty((0, self.dimension))
 
+    def prepare_queries(self) -> None:
+        """Load now whatever embedding a query needs and the embedder loads lazily (a retriever's start, so the
+        first search does not wait); EmbedderUnavailable if it cannot. Nothing to do by default."""
+
 
 @dataclass
 class EmbeddingStats:

@@ -4,11 +4,13 @@ texts/s of the int8 model, with the fp32 model's vectors (cosine 0.9999 to PyTor
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import shutil
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +24,9 @@ from rag_pipeline.embed.onnx_export import exported_model
 from rag_pipeline.file_lock import locked
 
 if TYPE_CHECKING:
-    from openvino import CompiledModel, InferRequest
+    from openvino import CompiledModel, Core, InferRequest
+
+log = logging.getLogger(__name__)
 
 # Texts per pass, and the step their padded width is rounded up to: OpenVINO compiles kernels per input shape, so
 # few distinct widths keep its shape cache warm. Measured on 2 cores (AMX) with 2,000 SciFact chunks, bf16: 16
@@ -42,9 +46,8 @@ class OpenVinoEmbedder(Embedder):
     Documents are tokenized once, sorted by length and run DOCUMENT_BATCH to a pass, as many passes at once as the
     model has streams (one single-threaded stream per usable core; compiled on the first documents, so a process
     that only answers queries never holds it). Queries run on the int8 model (see above), loaded on the first
-    query, so an ingest never holds it. Where
-    the CPU has no bfloat16 instructions OpenVINO computes in fp32: the same vectors, more slowly
-    (RAG_EMBEDDING_RUNTIME=auto picks this runtime only on CPUs with AMX).
+    query, so an ingest never holds it. Where the CPU has no bfloat16 instructions OpenVINO computes in fp32: the
+    same vectors, more slowly (RAG_EMBEDDING_RUNTIME=auto picks this runtime only on CPUs with AMX).
     """
 
     def __init__(self, model_path: str | None, cache_dir: Path) -> None:
@@ -63,23 +66,32 @@ class OpenVinoEmbedder(Embedder):
         self._tokenizer = model_tokenizer(directory)
         self._model: CompiledModel | None = None
         self._query_model: OnnxEmbedder | None = None
-        self._lock = threading.Lock()
+        self._model_lock, self._query_lock = threading.Lock(), threading.Lock()  # a compile never holds up a query
         # every exported model has this pooling dimension (onnx_export refuses modules that change it)
         self.dimension = declared_dimension(model_path) or self._queries().dimension
 
     def _compiled_model(self) -> CompiledModel:
         """The documents' model: bfloat16 inference, one single-threaded stream per usable core."""
-        with self._lock:
+        with self._model_lock:
             if self._model is None:
                 self._model = _compiled(self._onnx_file, usable_cores())
             return self._model
 
     def _queries(self) -> OnnxEmbedder:
-        """The int8 model queries run on, made on the first query (~0.2 s): an ingest never needs it."""
-        with self._lock:
+        """The int8 model queries run on, made on the first query or prepare_queries (~0.2 s): an ingest never
+        needs it."""
+        with self._query_lock:
             if self._query_model is None:
-                self._query_model = OnnxEmbedder(self._model_path, self._cache_dir, "onnx-int8")
+                try:
+                    self._query_model = OnnxEmbedder(self._model_path, self._cache_dir, "onnx-int8")
+                except EmbedderUnavailable:
+                    raise
+                except Exception as error:  # onnxruntime cannot load the exported file, say
+                    raise EmbedderUnavailable(f"cannot load the int8 query model: {error}") from error
             return self._query_model
+
+    def prepare_queries(self) -> None:
+        self._queries()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """In passes of DOCUMENT_BATCH texts of similar length, one per stream at a time. Passes are started and
@@ -101,15 +113,19 @@ class OpenVinoEmbedder(Embedder):
             vectors[rows] = request.get_output_tensor(0).data
             idle.append(request)
 
-        for rows in batches:
-            if not idle:
-                collect()  # passes of similar length finish in about the order they started
-            request = idle.popleft()
-            feed = model_inputs([encodings[row] for row in rows], self._window, WIDTH_STEP)
-            request.start_async({name: value for name, value in feed.items() if name in inputs})
-            running.append((request, rows))
-        while running:
-            collect()
+        try:
+            for rows in batches:
+                if not idle:
+                    collect()  # passes of similar length finish in about the order they started
+                request = idle.popleft()
+                feed = model_inputs([encodings[row] for row in rows], self._window, WIDTH_STEP)
+                request.start_async({name: value for name, value in feed.items() if name in inputs})
+                running.append((request, rows))
+            while running:
+                collect()
+        finally:  # after an error: no request is freed while it runs
+            for request, _ in running:
+                request.wait()
         return normalise(vectors)
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -134,16 +150,32 @@ def _compiled(onnx_file: Path, streams: int) -> CompiledModel:
     config = {**COMPILE_CONFIG, "NUM_STREAMS": streams, "INFERENCE_NUM_THREADS": streams}
     cache = compiled_model_cache(onnx_file, openvino.__version__)
     if cache is not None:
-        # The first process to compile writes the blob while the others wait; later ones only read it.
-        with nullcontext() if any(cache.glob("*.blob")) else locked(cache / ".lock"):
-            try:
-                return openvino.Core().compile_model(str(onnx_file), "CPU", {**config, "CACHE_DIR": str(cache)})
-            except RuntimeError:
-                pass  # compiled again below without the cache, which names the error if it persists
+        try:
+            return _compiled_through_cache(openvino.Core(), onnx_file, config, cache)
+        except (RuntimeError, OSError) as error:
+            log.warning("OpenVINO's model cache in %s failed (%s): compiling without it", cache, error)
     try:
         return openvino.Core().compile_model(str(onnx_file), "CPU", config)
     except RuntimeError as error:
         raise EmbedderUnavailable(f"OpenVINO cannot compile {onnx_file}: {error}") from error
+
+
+def _compiled_through_cache(core: Core, onnx_file: Path, config: dict[str, object], cache: Path) -> CompiledModel:
+    """Read from the blob in `cache`, or compiled once: the first process compiles under a lock (the others wait),
+    its blob written in a staging folder and renamed in, so that no process reads half a blob. (OpenVINO itself
+    compiles again, and rewrites the blob, when one it reads is damaged.)"""
+    if not any(cache.glob("*.blob")):
+        with locked(cache / ".lock"):
+            if not any(cache.glob("*.blob")):  # another process may have written it while this one waited
+                staging = Path(tempfile.mkdtemp(prefix=".compiling-", dir=cache))
+                try:
+                    model = core.compile_model(str(onnx_file), "CPU", {**config, "CACHE_DIR": str(staging)})
+                    for blob in staging.glob("*.blob"):
+                        os.replace(blob, cache / blob.name)
+                    return model
+                finally:
+                    shutil.rmtree(staging, ignore_errors=True)
+    return core.compile_model(str(onnx_file), "CPU", {**config, "CACHE_DIR": str(cache)})
 
 
 def compiled_model_cache(onnx_file: Path, openvino_version: str) -> Path | None:
