@@ -367,6 +367,40 @@ def test_openvino_keeps_its_compiled_model_beside_the_export(export_dir: Path, m
     assert not list(export_dir.rglob("openvino-*/*.blob"))[1:]  # compiled without the cache: no other blob
 
 
+class PreparingEmbedder(CountingEmbedder):
+    """Records prepare_queries; with `broken`, its query model cannot load."""
+
+    def __init__(self, inner: Embedder, broken: bool) -> None:
+        super().__init__(inner)
+        self.broken, self.prepared = broken, 0
+
+    def prepare_queries(self) -> None:
+        self.prepared += 1
+        if self.broken:
+            raise EmbedderUnavailable("cannot load the int8 query model: a broken file")
+
+
+def test_a_retriever_loads_the_query_model_at_its_start(sample_index: tuple[Path, Path],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """So the first search does not wait for it; one that cannot load leaves searches BM25-only, saying so."""
+    from rag_pipeline import components
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(sample_index[1]))
+    settings = Settings()
+    real = components.embedder(settings)
+    for broken in (False, True):
+        spy = PreparingEmbedder(real, broken)
+        monkeypatch.setattr(components, "embedder", lambda settings: spy)
+        retriever = components.open_retriever(settings)
+        try:
+            assert spy.prepared == 1 and (retriever.embedder is None) == broken
+            result = retriever.search("What do ducks eat?", top_k=3)
+            assert result.hits and result.mode_used == ("sparse" if broken else "hybrid")
+            assert any("fell back to BM25-only" in warning for warning in result.warnings) == broken
+        finally:
+            retriever.close()
+
+
 def test_the_default_runtime_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """auto: bf16 where the CPU has AMX, int8 elsewhere (without AMX bf16 runs at fp32 speed)."""
     from rag_pipeline import settings as settings_module
