@@ -149,8 +149,10 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None, ba
         loaded = embedder(settings)
         loaded.prepare_queries()  # the first search does not wait for it
         query_embedder: Embedder | None = loaded
-    except EmbedderUnavailable:
-        query_embedder = None  # searches fall back to BM25 and warn
+        embedder_error = None
+    except EmbedderUnavailable as error:
+        query_embedder = None  # searches fall back to BM25 and warn, saying why
+        embedder_error = f"the embedding model cannot be loaded: {error}"
     if batch_queries and query_embedder is not None and settings.query_batch_window_ms > 0:
         query_embedder = QueryBatcher(query_embedder, settings.query_batch_window_ms)
     reranker = shared_reranker(settings.rerank_model_path) if settings.rerank_model_path else None
@@ -174,7 +176,8 @@ def open_retriever(settings: Settings, *, semantic_cache: bool | None = None, ba
                               ttl_s=settings.semantic_cache_ttl_s)
     return Retriever(store, query_embedder, retrieval_settings(settings), reranker=reranker,
                      rerank_multiplier=settings.rerank_candidate_multiplier,
-                     rerank_min_score=settings.rerank_min_score, cache=cache, hyde=hyde)
+                     rerank_min_score=settings.rerank_min_score, cache=cache, hyde=hyde,
+                     embedder_error=embedder_error)
 
 
 def guardrail_settings(settings: Settings) -> GuardrailSettings:

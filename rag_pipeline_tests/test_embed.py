@@ -382,7 +382,7 @@ class PreparingEmbedder(CountingEmbedder):
 
 def test_a_retriever_loads_the_query_model_at_its_start(sample_index: tuple[Path, Path],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """So the first search does not wait for it; one that cannot load leaves searches BM25-only, saying so."""
+    """So the first search does not wait for it; one that cannot load leaves searches BM25-only, saying why."""
     from rag_pipeline import components
 
     monkeypatch.setenv("RAG_DATA_DIR", str(sample_index[1]))
@@ -396,7 +396,8 @@ def test_a_retriever_loads_the_query_model_at_its_start(sample_index: tuple[Path
             assert spy.prepared == 1 and (retriever.embedder is None) == broken
             result = retriever.search("What do ducks eat?", top_k=3)
             assert result.hits and result.mode_used == ("sparse" if broken else "hybrid")
-            assert any("fell back to BM25-only" in warning for warning in result.warnings) == broken
+            assert any("fell back to BM25-only" in warning and "cannot be loaded: cannot load the int8 query model: "
+                       "a broken file" in warning for warning in result.warnings) == broken
         finally:
             retriever.close()
 

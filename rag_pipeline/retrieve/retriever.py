@@ -156,11 +156,12 @@ class Retriever:
     def __init__(self, store: VectorStore, embedder: Embedder | None, settings: RetrievalSettings | None = None,
                  *, reranker: Reranker | None = None, rerank_multiplier: int = 3,
                  rerank_min_score: float | None = None, cache: SemanticCache | None = None,
-                 hyde: Hyde | None = None) -> None:
+                 hyde: Hyde | None = None, embedder_error: str | None = None) -> None:
         if rerank_multiplier < 1:
             raise ConfigError(f"rerank_multiplier must be >= 1, got {rerank_multiplier}")
         self.store = store
         self.embedder = embedder
+        self.embedder_error = embedder_error  # why there is no embedder, for the BM25-only warning
         self.settings = settings or RetrievalSettings()
         self.reranker = reranker
         self.rerank_multiplier = rerank_multiplier
@@ -275,7 +276,7 @@ class Retriever:
         begin = time.perf_counter()
         try:
             if self.embedder is None:
-                raise RuntimeError("no embedder configured")
+                raise RuntimeError(self.embedder_error or "no embedder configured")
             texts = [query] + [fragment for fragment in fragments if fragment != query]
             embedded = dict(zip(texts, self.embedder.embed_queries(texts)))
             return embedded[query], [embedded[fragment] for fragment in fragments]
