@@ -33,6 +33,18 @@ QUERY_THREADS = 1
 MAX_DOCUMENT_SESSIONS = 8
 
 
+def onnx_model(model_path: str | None, cache_dir: Path, runtime: OnnxRuntimeKind) -> tuple[Path, Path]:
+    """(model directory, ONNX file) of the local model for `runtime`, exported on first use; EmbedderUnavailable
+    when the directory is missing or the export fails."""
+    directory = model_dir(model_path)
+    if not directory.is_dir():
+        raise EmbedderUnavailable(f"no sentence-transformers model directory at {directory}")
+    try:
+        return directory, exported_model(directory, cache_dir, runtime)
+    except Exception as error:  # any failure of the export (torch, the quantiser) means the same
+        raise EmbedderUnavailable(f"cannot build the {runtime} model of {directory}: {error}") from error
+
+
 class OnnxEmbedder(Embedder):
     """A local sentence-transformers model exported to ONNX (see onnx_export) and run by ONNX Runtime.
 
@@ -43,13 +55,7 @@ class OnnxEmbedder(Embedder):
 
     def __init__(self, model_path: str | None, cache_dir: Path, runtime: OnnxRuntimeKind = "onnx-int8",
                  batch_size: int = 32) -> None:
-        directory = model_dir(model_path)
-        if not directory.is_dir():
-            raise EmbedderUnavailable(f"no sentence-transformers model directory at {directory}")
-        try:
-            onnx_file = exported_model(directory, cache_dir, runtime)
-        except Exception as error:  # any failure of the export (torch, the quantiser) means the same
-            raise EmbedderUnavailable(f"cannot build the {runtime} model of {directory}: {error}") from error
+        directory, onnx_file = onnx_model(model_path, cache_dir, runtime)
         base_id = str(directory.resolve()) if model_path else DEFAULT_MODEL_ID
         self.model_id = base_id if runtime == "onnx" else f"{base_id}#{runtime}"  # fp32 vectors equal torch's
         self.runtime = runtime

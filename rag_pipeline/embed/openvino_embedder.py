@@ -18,9 +18,8 @@ import numpy as np
 
 from rag_pipeline.cpu import cpu_flags, usable_cores
 from rag_pipeline.embed.embedder import DEFAULT_MODEL_ID, Embedder, EmbedderUnavailable, normalise
-from rag_pipeline.embed.model_files import declared_dimension, max_seq_length, model_dir, model_inputs, model_tokenizer
-from rag_pipeline.embed.onnx_embedder import OnnxEmbedder
-from rag_pipeline.embed.onnx_export import exported_model
+from rag_pipeline.embed.model_files import declared_dimension, max_seq_length, model_inputs, model_tokenizer
+from rag_pipeline.embed.onnx_embedder import OnnxEmbedder, onnx_model
 from rag_pipeline.file_lock import locked
 
 if TYPE_CHECKING:
@@ -45,20 +44,15 @@ class OpenVinoEmbedder(Embedder):
 
     Documents are tokenized once, sorted by length and run DOCUMENT_BATCH to a pass, as many passes at once as the
     model has streams (one single-threaded stream per usable core; compiled on the first documents, so a process
-    that only answers queries never holds it). Queries run on the int8 model (see above), loaded on the first
-    query, so an ingest never holds it. Where the CPU has no bfloat16 instructions OpenVINO computes in fp32: the
-    same vectors, more slowly (RAG_EMBEDDING_RUNTIME=auto picks this runtime only on CPUs with AMX).
+    that only answers queries never holds it). Queries run on the int8 model (see above), loaded when a retriever
+    starts (prepare_queries) or on the first query, so an ingest never holds it. Where the CPU has no bfloat16
+    instructions OpenVINO computes in fp32: the same vectors, more slowly (RAG_EMBEDDING_RUNTIME=auto picks this
+    runtime only on CPUs with AMX).
     """
 
     def __init__(self, model_path: str | None, cache_dir: Path) -> None:
-        directory = model_dir(model_path)
-        if not directory.is_dir():
-            raise EmbedderUnavailable(f"no sentence-transformers model directory at {directory}")
-        try:  # the int8 export also leaves the fp32 graph this runtime compiles
-            exported_model(directory, cache_dir, "onnx-int8")
-            self._onnx_file = exported_model(directory, cache_dir, "onnx")
-        except Exception as error:  # any failure of the export means the same
-            raise EmbedderUnavailable(f"cannot build the ONNX model of {directory}: {error}") from error
+        onnx_model(model_path, cache_dir, "onnx-int8")  # for the queries; its export leaves the fp32 graph too
+        directory, self._onnx_file = onnx_model(model_path, cache_dir, "onnx")
         self._model_path, self._cache_dir = model_path, cache_dir
         # bf16 vectors are the fp32 model's within cosine 0.9999, so they share its id (cache, artifacts, index)
         self.model_id = str(directory.resolve()) if model_path else DEFAULT_MODEL_ID
