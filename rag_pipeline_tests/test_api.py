@@ -267,7 +267,7 @@ def ingest_and_wait(url: str, body: dict | None = None) -> dict:
     assert started.headers["location"] == f"/ingest/{job_id}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        job = httpx.get(f"{url}/ingest/{job_id}").json()
+        job = httpx.get(f"{url}/ingest/{job_id}", timeout=30).json()
         if job["status"] != "running":
             assert job["status"] == "succeeded", job["error"]
             return job

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
 import re
 import stat
@@ -13,6 +14,7 @@ import sys
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -22,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from rag_pipeline.chat.citation_text import SOURCES_HEADING
 from rag_pipeline.components import load_settings
-from rag_pipeline.errors import Conflict, InputError, NotFound
+from rag_pipeline.errors import Conflict, InputError, NotFound, StoreUnavailable
 from rag_pipeline.ingest.uploads import (
     RefusedUpload,
     remove_document,
@@ -32,11 +34,12 @@ from rag_pipeline.ingest.uploads import (
     upload_name,
 )
 from rag_pipeline.serve.keys import create_key
-from rag_pipeline.serve.public_paths import public_names
+from rag_pipeline.serve.public_paths import ServerPaths, public_names
 from rag_pipeline.serve.routes.openai_chat import MODEL_ID
 from rag_pipeline.serve.upload_names import with_upload_names
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
+from rag_pipeline.sidecar.connection import LOCK_RETRY_SECONDS
 from rag_pipeline_tests.test_api import ingest_and_wait, parse_sse, running_api
 
 from .conftest import REPO
@@ -176,6 +179,42 @@ def test_upload_names_go_beside_cited_paths_only(tmp_path: Path) -> None:
                                    "upload_name": "Budget 2026.txt"}  # the path as the API shows it, name beside
 
 
+def record_and_hold(location: str, ready: Any, release: Any) -> None:
+    """In a child process (as an ingest's step): record a source, then keep holding the sidecar's file."""
+    sidecar = Sidecar(location)
+    with sidecar.kept():
+        sidecar.record_source("archive", "folder", ["/srv/archive"], [], [])
+        ready.set()
+        release.wait(120)
+
+
+def test_paths_read_before_are_shown_while_an_ingest_holds_the_sidecar(tmp_path: Path) -> None:
+    location = tmp_path / "sidecar.duckdb"
+    sidecar = Sidecar(location)
+    sidecar.record_source("handbook", "folder", ["/srv/handbook"], [], [])
+    paths = ServerPaths(load_settings(data_dir=tmp_path), sidecar)
+    assert paths.current().show("/srv/handbook/a.md") == "handbook/a.md"
+
+    context = multiprocessing.get_context("spawn")
+    ready, release = context.Event(), context.Event()
+    holder = context.Process(target=record_and_hold, args=(str(location), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(120)
+        with pytest.raises(StoreUnavailable, match="locked by another process"):
+            with sidecar.waiting_at_most(0.2):
+                sidecar.sources()
+        started = time.monotonic()
+        shown = paths.current()  # the sidecar changed but cannot be read: the paths read before, not a long wait
+        assert time.monotonic() - started < LOCK_RETRY_SECONDS
+        assert shown.show("/srv/handbook/a.md") == "handbook/a.md" and shown.show("/srv/archive/b.md") == "b.md"
+    finally:
+        release.set()
+        holder.join(60)
+    assert holder.exitcode == 0
+    assert paths.current().show("/srv/archive/b.md") == "archive/b.md"  # read again once the file is free
+
+
 def test_store_upload_dedupes_and_refuses(sources_env: Settings) -> None:
     settings = sources_env
     first = store_upload(settings, "inbox", "report.txt", PDF, "alice")
@@ -220,7 +259,7 @@ def test_store_upload_dedupes_and_refuses(sources_env: Settings) -> None:
 def wait_for_job(url: str, job_id: str, headers: dict[str, str] | None = None) -> dict:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        job = httpx.get(f"{url}/ingest/{job_id}", headers=headers).json()
+        job = httpx.get(f"{url}/ingest/{job_id}", headers=headers, timeout=30).json()
         if job["status"] not in ("queued", "running"):
             assert job["status"] == "succeeded", job["error"]
             return job

@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.ingest.sources import configured_sources
 from rag_pipeline.serve.upload_names import with_upload_names
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
-from rag_pipeline.structured.query import StateCache, file_state
+from rag_pipeline.structured.query import file_state
 
 log = logging.getLogger(__name__)
 DATA_DIR = "<data dir>"
+BUSY_WAIT_S = 1.0  # how long a request waits for the sidecar when it has paths read before to show
 # keys whose values are paths
 PATH_KEYS = frozenset({"path", "paths", "all_paths", "removed_paths", "purged_paths", "roots"})
 MESSAGE_KEYS = frozenset({"error", "reason"})  # keys whose values are messages (a failed document's, a refusal's)
@@ -160,18 +162,33 @@ def public_names(data_dir: Path, roots: Mapping[str, list[str]],
 
 class ServerPaths:
     """The PublicPaths of one server: its sources' roots as synced (else as configured) and its uploads' names,
-    re-read when the sidecar or the sources file changes."""
+    re-read when the sidecar or the sources file changes. While an ingest holds the sidecar's file longer than
+    BUSY_WAIT_S, a request is shown with the paths read last rather than wait (a status poll stays prompt)."""
 
     def __init__(self, settings: Settings, sidecar: Sidecar) -> None:
         self.settings, self.sidecar = settings, sidecar
-        self._cache = StateCache()
+        self._last: tuple[Any, PublicPaths] | None = None  # (the state it was read at, the paths)
 
     def current(self) -> PublicPaths:
         sources_file = Path(self.settings.sources_file) if self.settings.sources_file else None
         state = (self.sidecar.data_state(), file_state(sources_file) if sources_file else None)
-        return self._cache.get("paths", state, self._read)
+        last = self._last
+        if last is not None and last[0] == state:
+            return last[1]
+        if last is None:
+            paths = self._read()
+        else:
+            try:
+                with self.sidecar.waiting_at_most(BUSY_WAIT_S):
+                    paths = self._read(raise_busy=True)
+            except StoreUnavailable:
+                return last[1]  # read again by the next request
+        self._last = (state, paths)
+        return paths
 
-    def _read(self) -> PublicPaths:
+    def _read(self, raise_busy: bool = False) -> PublicPaths:
+        """The paths; what can be read when the sidecar or the sources file cannot be (but StoreUnavailable from a
+        busy sidecar with `raise_busy`)."""
         roots: dict[str, list[str]] = {}
         names: dict[str, str] = {}
         try:  # an error's answer uses this too: a sidecar or sources file that cannot be read leaves what can be
@@ -180,6 +197,8 @@ class ServerPaths:
             for name, spec in configured_sources(self.settings).items():
                 roots.setdefault(name, [str(root) for root in spec.roots])
         except Exception as error:
+            if raise_busy and isinstance(error, StoreUnavailable):
+                raise
             log.warning("the API shows paths by the roots it could read: %s", error)
             roots.setdefault("default", [str(Path(root).resolve()) for root in self.settings.roots])
         return public_names(self.settings.data_dir, roots, names)
