@@ -114,7 +114,7 @@ def test_answers_show_no_server_path(handbook: Settings, monkeypatch: pytest.Mon
 def wait_for(url: str, job_id: str, answers: list[str]) -> dict:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        response = httpx.get(f"{url}/ingest/{job_id}")
+        response = httpx.get(f"{url}/ingest/{job_id}", timeout=30)
         answers.append(response.text)
         if response.json()["status"] not in ("queued", "running"):
             return response.json()
