@@ -96,15 +96,15 @@ def test_answers_show_no_server_path(handbook: Settings, monkeypatch: pytest.Mon
         assert health["status"] == "ok"
 
         pumps = [("files", ("pumps.md", b"# Pumps\n\nOil."))]
-        uploaded = get(httpx.post(f"{url}/sources/inbox/documents", files=pumps))
+        uploaded = get(httpx.post(f"{url}/sources/inbox/documents", files=pumps, timeout=30))
         assert uploaded["documents"][0]["path"].startswith("inbox/") and uploaded["documents"][0]["path"].endswith(
             "/pumps.md")
         job = wait_for(url, uploaded["ingest"]["id"], answers)
         assert job["status"] == "succeeded", job
-        removed = get(httpx.delete(f"{url}/sources/inbox/documents/{uploaded['documents'][0]['id']}"))
+        removed = get(httpx.delete(f"{url}/sources/inbox/documents/{uploaded['documents'][0]['id']}", timeout=30))
         assert removed["removed_paths"] == [uploaded["documents"][0]["path"]]
         wait_for(url, removed["ingest"]["id"], answers)
-        ingest = get(httpx.post(f"{url}/ingest"))
+        ingest = get(httpx.post(f"{url}/ingest", timeout=30))
         wait_for(url, ingest["id"], answers)
     for answer in answers:
         for folder in server_paths(handbook):

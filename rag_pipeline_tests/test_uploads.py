@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import io
 import json
-import multiprocessing
 import os
 import re
 import stat
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -39,7 +38,6 @@ from rag_pipeline.serve.routes.openai_chat import MODEL_ID
 from rag_pipeline.serve.upload_names import with_upload_names
 from rag_pipeline.settings import Settings
 from rag_pipeline.sidecar import Sidecar
-from rag_pipeline.sidecar.connection import LOCK_RETRY_SECONDS
 from rag_pipeline_tests.test_api import ingest_and_wait, parse_sse, running_api
 
 from .conftest import REPO
@@ -179,40 +177,78 @@ def test_upload_names_go_beside_cited_paths_only(tmp_path: Path) -> None:
                                    "upload_name": "Budget 2026.txt"}  # the path as the API shows it, name beside
 
 
-def record_and_hold(location: str, ready: Any, release: Any) -> None:
-    """In a child process (as an ingest's step): record a source, then keep holding the sidecar's file."""
-    sidecar = Sidecar(location)
-    with sidecar.kept():
-        sidecar.record_source("archive", "folder", ["/srv/archive"], [], [])
-        ready.set()
-        release.wait(120)
+HOLD_AFTER_RECORDING = """
+import sys
+from rag_pipeline.sidecar import Sidecar
+sidecar = Sidecar(sys.argv[1])
+with sidecar.kept():  # as an ingest's step: it records a source, then keeps holding the file
+    sidecar.record_source("archive", "folder", ["/srv/archive"], [], [])
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
 
 
-def test_paths_read_before_are_shown_while_an_ingest_holds_the_sidecar(tmp_path: Path) -> None:
+def counting_reads(paths: ServerPaths, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    reads: list[int] = []
+    read = paths._read
+    monkeypatch.setattr(paths, "_read", lambda *args, **kwargs: reads.append(1) or read(*args, **kwargs))
+    return reads
+
+
+def shown_once_read(paths: ServerPaths, path: str, expected: str) -> None:
+    deadline = time.monotonic() + 60
+    while paths.current().show(path) != expected:
+        assert time.monotonic() < deadline, f"{path} is still shown as {paths.current().show(path)}"
+        time.sleep(0.05)
+
+
+def test_paths_read_before_are_shown_while_an_ingest_holds_the_sidecar(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     location = tmp_path / "sidecar.duckdb"
     sidecar = Sidecar(location)
     sidecar.record_source("handbook", "folder", ["/srv/handbook"], [], [])
     paths = ServerPaths(load_settings(data_dir=tmp_path), sidecar)
+    reads = counting_reads(paths, monkeypatch)
     assert paths.current().show("/srv/handbook/a.md") == "handbook/a.md"
-
-    context = multiprocessing.get_context("spawn")
-    ready, release = context.Event(), context.Event()
-    holder = context.Process(target=record_and_hold, args=(str(location), ready, release))
-    holder.start()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_AFTER_RECORDING, str(location)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdin is not None and holder.stdout is not None
     try:
-        assert ready.wait(120)
-        with pytest.raises(StoreUnavailable, match="locked by another process"):
-            with sidecar.waiting_at_most(0.2):
-                sidecar.sources()
-        started = time.monotonic()
-        shown = paths.current()  # the sidecar changed but cannot be read: the paths read before, not a long wait
-        assert time.monotonic() - started < LOCK_RETRY_SECONDS
-        assert shown.show("/srv/handbook/a.md") == "handbook/a.md" and shown.show("/srv/archive/b.md") == "b.md"
+        assert holder.stdout.readline() == "held\n"
+        for _ in range(2):  # the sidecar changed and cannot be read: the paths read before, with no long wait
+            started = time.monotonic()
+            shown = paths.current()
+            assert time.monotonic() - started < 5  # httpx's default timeout; the read waits up to 10 s
+            assert shown.show("/srv/handbook/a.md") == "handbook/a.md" and shown.show("/srv/archive/b.md") == "b.md"
+        assert len(reads) == 2  # the first read, and one that waits for the file: the second request joined it
     finally:
-        release.set()
-        holder.join(60)
-    assert holder.exitcode == 0
-    assert paths.current().show("/srv/archive/b.md") == "archive/b.md"  # read again once the file is free
+        holder.stdin.write("go\n")
+        holder.stdin.close()
+        if holder.wait(60) is None:
+            holder.kill()
+    assert holder.returncode == 0
+    shown_once_read(paths, "/srv/archive/b.md", "archive/b.md")
+
+
+def test_a_slow_read_of_the_paths_holds_up_no_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever holds the read up (here the sidecar's own call, in this process), requests get the paths read
+    before; a read that fails leaves them too."""
+    sidecar = Sidecar(tmp_path / "sidecar.duckdb")
+    sidecar.record_source("handbook", "folder", ["/srv/handbook"], [], [])
+    paths = ServerPaths(load_settings(data_dir=tmp_path), sidecar)
+    assert paths.current().show("/srv/handbook/a.md") == "handbook/a.md"
+    release, read = threading.Event(), sidecar.sources
+    monkeypatch.setattr(sidecar, "sources", lambda: release.wait(60) and read())
+    sidecar.record_source("archive", "folder", ["/srv/archive"], [], [])
+    started = time.monotonic()
+    assert paths.current().show("/srv/archive/b.md") == "b.md"
+    assert time.monotonic() - started < 5
+    release.set()
+    shown_once_read(paths, "/srv/archive/b.md", "archive/b.md")
+
+    monkeypatch.setattr(sidecar, "sources", lambda: (_ for _ in ()).throw(StoreUnavailable("the sidecar is gone")))
+    sidecar.record_source("archive", "folder", ["/srv/archive", "/srv/more"], [], [])
+    assert paths.current().show("/srv/archive/b.md") == "archive/b.md"  # not cut to the configured roots
 
 
 def test_store_upload_dedupes_and_refuses(sources_env: Settings) -> None:
@@ -297,7 +333,7 @@ def test_upload_search_list_and_delete(sources_env: Settings) -> None:
         assert again.json()["documents"] == [{**pumps, "duplicate": True}]
         joined = httpx.post(f"{url}/sources/inbox/documents", files=[("files", ("x.md", PUMPS_MD))], timeout=60)
         assert joined.json()["ingest"] == again.json()["ingest"]
-        busy = httpx.post(f"{url}/ingest")
+        busy = httpx.post(f"{url}/ingest", timeout=30)
         assert busy.status_code == 409 and busy.json()["error"]["code"] == "ingest_running"
         upload_dir = settings.data_dir.resolve() / "uploads" / "inbox"
         assert len([path for path in upload_dir.rglob("*") if path.is_file()]) == 2
@@ -320,7 +356,7 @@ def test_upload_search_list_and_delete(sources_env: Settings) -> None:
             assert re.fullmatch(r"inbox/\d{4}/\d{2}/\d{2}/[0-9a-f]{32}/[^/]+", path)
             assert (upload_dir / path.removeprefix("inbox/")).is_file()
 
-        deleted = httpx.delete(f"{url}/sources/inbox/documents/{pumps['id']}")
+        deleted = httpx.delete(f"{url}/sources/inbox/documents/{pumps['id']}", timeout=30)
         assert deleted.status_code == 202, deleted.text
         stored_file = upload_dir / pumps["path"].removeprefix("inbox/")
         assert deleted.json()["removed_paths"] == [pumps["path"]] and not stored_file.exists()

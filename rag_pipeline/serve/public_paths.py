@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.ingest.sources import configured_sources
 from rag_pipeline.serve.upload_names import with_upload_names
 from rag_pipeline.settings import Settings
@@ -28,7 +30,7 @@ from rag_pipeline.structured.query import file_state
 
 log = logging.getLogger(__name__)
 DATA_DIR = "<data dir>"
-BUSY_WAIT_S = 1.0  # how long a request waits for the sidecar when it has paths read before to show
+BUSY_WAIT_S = 1.0  # how long a request waits for a re-read of the paths when it has older ones to show
 # keys whose values are paths
 PATH_KEYS = frozenset({"path", "paths", "all_paths", "removed_paths", "purged_paths", "roots"})
 MESSAGE_KEYS = frozenset({"error", "reason"})  # keys whose values are messages (a failed document's, a refusal's)
@@ -162,12 +164,15 @@ def public_names(data_dir: Path, roots: Mapping[str, list[str]],
 
 class ServerPaths:
     """The PublicPaths of one server: its sources' roots as synced (else as configured) and its uploads' names,
-    re-read when the sidecar or the sources file changes. While an ingest holds the sidecar's file longer than
-    BUSY_WAIT_S, a request is shown with the paths read last rather than wait (a status poll stays prompt)."""
+    re-read when the sidecar or the sources file changes, by one thread at a time. When the read takes longer than
+    BUSY_WAIT_S (an ingest holds the sidecar), a request is shown with the paths read before, so a status poll or
+    /healthz does not wait on an ingest; the read goes on in the background for the requests after it."""
 
     def __init__(self, settings: Settings, sidecar: Sidecar) -> None:
         self.settings, self.sidecar = settings, sidecar
-        self._last: tuple[Any, PublicPaths] | None = None  # (the state it was read at, the paths)
+        self._last: tuple[Any, PublicPaths] | None = None  # (the state they were read at, the paths)
+        self._reading: tuple[Any, Future[PublicPaths]] | None = None  # the latest read, of that state
+        self._lock = threading.Lock()
 
     def current(self) -> PublicPaths:
         sources_file = Path(self.settings.sources_file) if self.settings.sources_file else None
@@ -175,20 +180,33 @@ class ServerPaths:
         last = self._last
         if last is not None and last[0] == state:
             return last[1]
-        if last is None:
-            paths = self._read()
-        else:
-            try:
-                with self.sidecar.waiting_at_most(BUSY_WAIT_S):
-                    paths = self._read(raise_busy=True)
-            except StoreUnavailable:
-                return last[1]  # read again by the next request
-        self._last = (state, paths)
-        return paths
+        with self._lock:  # a read under way serves this request too, even if it reads an older state
+            if self._reading is None or (self._reading[1].done() and self._reading[0] != state):
+                self._reading = (state, Future())
+                threading.Thread(target=self._read_into, args=self._reading, name="public-paths",
+                                 daemon=True).start()
+            reading = self._reading[1]
+        if last is None:  # nothing to show meanwhile
+            return reading.result()
+        try:
+            return reading.result(timeout=BUSY_WAIT_S)
+        except FutureTimeout:
+            return last[1]
 
-    def _read(self, raise_busy: bool = False) -> PublicPaths:
-        """The paths; what can be read when the sidecar or the sources file cannot be (but StoreUnavailable from a
-        busy sidecar with `raise_busy`)."""
+    def _read_into(self, state: Any, reading: Future[PublicPaths]) -> None:
+        """Read the paths (of `state`) into `reading`, and keep them."""
+        last = self._last
+        try:
+            paths = self._read(fallback=last[1] if last is not None else None)
+        except BaseException as error:  # not a read's error (those leave the fallback): the requests waiting see it
+            reading.set_exception(error)
+            raise
+        self._last = (state, paths)
+        reading.set_result(paths)
+
+    def _read(self, fallback: PublicPaths | None) -> PublicPaths:
+        """The paths; when the sidecar or the sources file cannot be read, `fallback` (the paths read before) or,
+        without one, what could be read."""
         roots: dict[str, list[str]] = {}
         names: dict[str, str] = {}
         try:  # an error's answer uses this too: a sidecar or sources file that cannot be read leaves what can be
@@ -197,8 +215,8 @@ class ServerPaths:
             for name, spec in configured_sources(self.settings).items():
                 roots.setdefault(name, [str(root) for root in spec.roots])
         except Exception as error:
-            if raise_busy and isinstance(error, StoreUnavailable):
-                raise
             log.warning("the API shows paths by the roots it could read: %s", error)
+            if fallback is not None:
+                return fallback
             roots.setdefault("default", [str(Path(root).resolve()) for root in self.settings.roots])
         return public_names(self.settings.data_dir, roots, names)

@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,8 +26,6 @@ if TYPE_CHECKING:
     import numpy as np
 
 LOCK_RETRY_SECONDS = 10.0
-# how long a read-write connection waits for the file (SidecarFile.waiting_at_most shortens it for a block)
-_lock_wait: ContextVar[float] = ContextVar("sidecar_lock_wait", default=LOCK_RETRY_SECONDS)
 # Another process's hold on the file is usually one short transaction (shard workers write their rows a stage at a
 # time): try again soon, then less often (a failed attempt costs ~8 ms of a core).
 LOCK_RETRY_FIRST_PAUSE_S, LOCK_RETRY_LONGEST_PAUSE_S = 0.01, 0.2
@@ -251,19 +248,9 @@ class SidecarFile:
             with postgres.connect(self.url) as con:
                 yield con
             return
-        with gate_for(self.path).connection(READ_WRITE, _lock_wait.get(), self.path,
+        with gate_for(self.path).connection(READ_WRITE, LOCK_RETRY_SECONDS, self.path,
                                             lambda: duckdb.connect(str(self.path))) as con:
             yield con
-
-    @contextmanager
-    def waiting_at_most(self, seconds: float) -> Iterator[None]:
-        """In the block (this thread or task), a read-write connection waits at most `seconds` for another holder
-        of the DuckDB file, then raises StoreUnavailable (for a caller that has something else to answer with)."""
-        token = _lock_wait.set(seconds)
-        try:
-            yield
-        finally:
-            _lock_wait.reset(token)
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
