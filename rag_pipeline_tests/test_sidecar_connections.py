@@ -14,9 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import duckdb
 import pytest
 
+from rag_pipeline.errors import StoreUnavailable
 from rag_pipeline.sidecar import connection
 from rag_pipeline.sidecar.connection import SidecarFile
 
@@ -178,3 +181,17 @@ except ValueError as error:
         "False",
         "rows for 4 columns (id, name, tags, score) hold another number of values",
     ]
+
+
+def test_a_file_busy_in_this_process_past_the_wait_is_a_store_error_naming_it(tmp_path: Path) -> None:
+    """Another thread attaching or detaching the file (DuckDB's ResourceInUse) is retried; past the wait it is the
+    sidecar's StoreUnavailable (a 503 naming the file), not DuckDB's own exception (a 500)."""
+    attempts: list[float] = []
+
+    def busy() -> Any:
+        attempts.append(time.monotonic())
+        raise duckdb.ResourceInUseException("database is being attached")
+
+    with pytest.raises(StoreUnavailable, match="sidecar.duckdb stayed busy in this process for 0.2 s"):
+        connection.open_retrying(busy, tmp_path / "sidecar.duckdb", 0.2)
+    assert len(attempts) > 2 and attempts[-1] - attempts[0] >= 0.2

@@ -221,9 +221,10 @@ def open_retrying(opener: Callable[[], duckdb.DuckDBPyConnection], path: Path,
     while True:
         try:
             return opener()
-        except duckdb.ResourceInUseException:
+        except duckdb.ResourceInUseException as exc:
             if time.monotonic() > deadline:
-                raise
+                raise StoreUnavailable(f"the metadata sidecar {path} stayed busy in this process for {timeout:g} s: "
+                                       f"{exc}") from exc
             time.sleep(0.01)
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower() or time.monotonic() > deadline:
