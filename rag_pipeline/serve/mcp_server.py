@@ -143,7 +143,7 @@ def mcp_server(services: Services, scope_of: Callable[[ServerRequestContext[Any]
             text, result = await anyio.to_thread.run_sync(tools.call, params.name, dict(params.arguments or {}),
                                                           scope, limiter=services.search_threads)
         except RagError as error:
-            paths = await anyio.to_thread.run_sync(services.paths.current)  # off the event loop: it may read the sidecar
+            paths = await anyio.to_thread.run_sync(services.paths.current)  # it may read the sidecar: off the loop
             message = paths.message(error.message)
             return types.CallToolResult(content=[types.TextContent(text=f"{error.code}: {message}")], is_error=True)
         return types.CallToolResult(content=[types.TextContent(text=text)], structured_content=result)
